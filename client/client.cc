@@ -1,0 +1,531 @@
+#include "client/client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "ipc/doorbell.h"
+#include "ipc/frame.h"
+#include "ipc/op_codec.h"
+#include "ipc/shm_ring.h"
+#include "ipc/socket_io.h"
+#include "proto/dumpd.pb.h"
+
+namespace dumpd::client {
+namespace {
+
+constexpr uint64_t kDefaultRingBytes = 64ull << 20;
+constexpr int kLivenessSliceMs = 200;
+
+std::optional<uint32_t> envUint(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long n = std::strtoul(v, &end, 10);
+  if (errno != 0 || *end != '\0' || n > UINT32_MAX) return std::nullopt;
+  return static_cast<uint32_t>(n);
+}
+
+uint64_t nowMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// mkdir -p with the caller's own permissions (the daemon never creates the root for us).
+Status makeDirs(const std::string& path) {
+  std::string cur;
+  size_t i = 0;
+  while (i <= path.size()) {
+    const size_t j = path.find('/', i);
+    const size_t end = j == std::string::npos ? path.size() : j;
+    cur = path.substr(0, end);
+    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      return makeError(ErrorCode::kIo,
+                       "cannot create dump directory " + cur + ": " + strerror(errno));
+    }
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return {};
+}
+
+ErrorCode codeFromWire(v1::Error::Code c) {
+  switch (c) {
+    case v1::Error::INVALID_CONFIG: return ErrorCode::kInvalidConfig;
+    case v1::Error::RESOURCE_EXHAUSTED: return ErrorCode::kResourceExhausted;
+    case v1::Error::IO: return ErrorCode::kIo;
+    default: return ErrorCode::kUnavailable;
+  }
+}
+
+Counts countsFromWire(const v1::Counts& c, const std::string& last_error) {
+  Counts out;
+  out.records = c.records();
+  out.tensors_received = c.tensors_received();
+  out.tensors_written = c.tensors_written();
+  out.tensors_dropped = c.tensors_dropped();
+  out.tensors_failed = c.tensors_failed();
+  out.bytes_written = c.bytes_written();
+  out.tensors_filtered = c.tensors_filtered();
+  out.last_error = last_error;
+  return out;
+}
+
+}  // namespace
+
+struct Client::Impl {
+  Options options;
+  config::DumpPlan plan;
+  std::optional<config::Filter> filter;
+  uint32_t rank = 0;
+  uint32_t device = 0;
+  std::optional<ipc::RingProducer> ring;
+  ipc::Doorbell data_bell;
+  ipc::Doorbell space_bell;
+  ipc::UniqueFd sock;
+  ipc::FrameDecoder decoder;
+  config::Backpressure backpressure = config::Backpressure::kBlock;
+  int block_timeout_ms = -1;
+  uint64_t session_id = 0;
+  uint32_t iteration = 0;
+  uint32_t graph_id = 0;
+  bool step_selected = true;
+  bool closed = false;
+  std::string fatal;  // set once the daemon ended the session
+  uint64_t flush_token = 0;
+  Stats stats;
+  // Reused per call so the hot path does not allocate once warm.
+  std::vector<ipc::TensorSpec> specs;
+  std::vector<const Tensor*> selected;
+  std::vector<std::byte*> payloads;
+  std::vector<int64_t> shape_scratch;
+
+  void updateStepSelected() {
+    step_selected = filter->deviceSelected(device) && filter->iterationSelected(iteration);
+  }
+
+  Status dead() const {
+    return makeError(ErrorCode::kUnavailable, closed ? "client is closed" : fatal);
+  }
+
+  // Reads any frame the daemon sent unasked (an Error ending the session). Non-blocking.
+  void pollDaemon() {
+    pollfd p{sock.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return;
+    std::vector<ipc::UniqueFd> fds;
+    const ssize_t n = ipc::recvWithFds(sock.get(), decoder, fds);
+    if (n == 0) {
+      fatal = "dumpd closed the session";
+      return;
+    }
+    for (;;) {
+      auto env = decoder.next();
+      if (!env) {
+        fatal = env.error().message;
+        return;
+      }
+      if (!env.value()) return;
+      if (env.value()->has_error()) {
+        fatal = "dumpd ended the session: " + env.value()->error().message();
+        return;
+      }
+    }
+  }
+
+  // Waits for ring space under the block policy, watching the daemon's liveness.
+  Status waitForSpace(uint64_t body) {
+    ++stats.blocked_waits;
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      if (ring->waitForSpace(body, space_bell, kLivenessSliceMs)) return {};
+      pollDaemon();
+      if (!fatal.empty()) return dead();
+      if (block_timeout_ms > 0 &&
+          std::chrono::steady_clock::now() - start >
+              std::chrono::milliseconds(block_timeout_ms)) {
+        return makeError(ErrorCode::kTimeout,
+                         "ring full for " + std::to_string(block_timeout_ms) +
+                             " ms (block policy); dumpd is not keeping up");
+      }
+    }
+  }
+
+  // Reserves `body` bytes. nullptr with ok status = dropped (drop policy).
+  Result<std::byte*> reserve(ipc::RecordKind kind, uint64_t body, bool may_drop) {
+    if (body > ring->maxBodyBytes()) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "record of " + std::to_string(body) + " bytes does not fit the ring of " +
+                           std::to_string(ring->capacity()) + " bytes; raise ring_bytes");
+    }
+    std::byte* p = ring->tryReserve(kind, body);
+    if (p != nullptr) return p;
+    if (may_drop && backpressure == config::Backpressure::kDrop) return nullptr;
+    if (Status s = waitForSpace(body); !s) return s.error();
+    p = ring->tryReserve(kind, body);
+    if (p == nullptr) return makeError(ErrorCode::kInternal, "ring space vanished");
+    return p;
+  }
+
+  Status sendControl(const v1::Control& ctl, const void* payload, uint64_t payload_bytes) {
+    if (closed || !fatal.empty()) return dead();
+    const uint64_t ctl_bytes = ctl.ByteSizeLong();
+    const uint64_t payload_off = ipc::alignUp(8 + ctl_bytes, 8);
+    const uint64_t body = payload_off + payload_bytes;
+    auto r = reserve(ipc::RecordKind::kControl, body, /*may_drop=*/false);
+    if (!r) return r.error();
+    std::byte* p = r.value();
+    const uint32_t len = static_cast<uint32_t>(ctl_bytes);
+    std::memcpy(p, &len, 4);
+    std::memset(p + 4, 0, 4);
+    ctl.SerializeToArray(p + 8, static_cast<int>(ctl_bytes));
+    if (payload_bytes != 0) std::memcpy(p + payload_off, payload, payload_bytes);
+    ring->commit(data_bell);
+    ++stats.records_committed;
+    return {};
+  }
+};
+
+Result<std::unique_ptr<Client>> Client::connect(Options options) {
+  auto impl = std::make_unique<Impl>();
+  std::string text;
+  if (options.config_text) {
+    text = *options.config_text;
+  } else {
+    std::string path = options.config_path;
+    if (path.empty()) {
+      const char* env = std::getenv("MINDSPORE_DUMP_CONFIG");
+      if (env == nullptr || *env == '\0') {
+        return makeError(ErrorCode::kInvalidConfig,
+                         "no job config: pass one or set MINDSPORE_DUMP_CONFIG");
+      }
+      path = env;
+    }
+    auto t = config::readTextFile(path);
+    if (!t) return makeError(ErrorCode::kInvalidConfig, t.error().message);
+    text = std::move(t.value());
+  }
+  auto plan = config::parseDumpPlan(text, config::Environment::fromProcess());
+  if (!plan) return makeError(ErrorCode::kInvalidConfig, plan.error().message);
+  impl->plan = std::move(plan.value());
+  auto filter = config::Filter::create(impl->plan);
+  if (!filter) return makeError(ErrorCode::kInvalidConfig, filter.error().message);
+  impl->filter.emplace(std::move(filter.value()));
+  impl->rank = options.rank ? *options.rank : envUint("RANK_ID").value_or(0);
+  impl->device = options.device ? *options.device : envUint("DEVICE_ID").value_or(0);
+  impl->iteration = impl->plan.initial_iteration;
+  impl->updateStepSelected();
+
+  auto ring = ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes
+                                                           : kDefaultRingBytes);
+  if (!ring) return ring.error();
+  impl->ring.emplace(std::move(ring.value()));
+  auto data_bell = ipc::Doorbell::create();
+  if (!data_bell) return data_bell.error();
+  auto space_bell = ipc::Doorbell::create();
+  if (!space_bell) return space_bell.error();
+  impl->data_bell = std::move(data_bell.value());
+  impl->space_bell = std::move(space_bell.value());
+
+  if (Status s = makeDirs(impl->plan.path); !s) return s.error();
+  ipc::UniqueFd root(::open(impl->plan.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) {
+    return makeError(ErrorCode::kIo,
+                     "cannot open dump path " + impl->plan.path + ": " + strerror(errno));
+  }
+
+  const std::string socket_path = config::resolveSocketPath(options.socket_path);
+  auto sock = ipc::connectUnix(socket_path);
+  if (!sock) return sock.error();
+  impl->sock = std::move(sock.value());
+
+  v1::Envelope hello_env;
+  v1::Hello* hello = hello_env.mutable_hello();
+  hello->set_protocol_major(ipc::kProtocolMajor);
+  hello->set_protocol_minor(ipc::kProtocolMinor);
+  hello->set_pid(::getpid());
+  hello->set_rank(impl->rank);
+  hello->set_device(impl->device);
+  hello->set_job_config(text);
+  hello->set_producer_name(options.producer_name);
+  hello->set_producer_version(options.producer_version);
+  hello->set_ring_bytes(impl->ring->mappedBytes());
+  hello->set_device_target(options.device_target);
+  hello->set_config_path(options.config_path);
+  if (options.backpressure) {
+    hello->set_backpressure(*options.backpressure == config::Backpressure::kDrop
+                                ? v1::BACKPRESSURE_DROP
+                                : v1::BACKPRESSURE_BLOCK);
+  }
+  const int fds[4] = {impl->ring->memfd(), impl->data_bell.fd(), impl->space_bell.fd(),
+                      root.get()};
+  if (Status s = ipc::sendFrame(impl->sock.get(), hello_env, fds); !s) return s.error();
+  auto reply = ipc::recvFrame(impl->sock.get(), impl->decoder, options.connect_timeout_ms);
+  if (!reply) return reply.error();
+  if (reply->has_error()) {
+    return makeError(codeFromWire(reply->error().code()), reply->error().message());
+  }
+  if (!reply->has_welcome()) {
+    return makeError(ErrorCode::kProtocol, "dumpd answered the Hello with an unexpected message");
+  }
+  const v1::Welcome& w = reply->welcome();
+  impl->session_id = w.session_id();
+  impl->backpressure = w.backpressure() == v1::BACKPRESSURE_DROP ? config::Backpressure::kDrop
+                                                                 : config::Backpressure::kBlock;
+  impl->block_timeout_ms = w.block_timeout_ms() == 0 ? -1 : static_cast<int>(w.block_timeout_ms());
+  impl->options = std::move(options);
+  impl->stats.ring_capacity = impl->ring->capacity();
+  impl->stats.session_id = impl->session_id;
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() { (void)close(); }
+
+const config::DumpPlan& Client::plan() const { return impl_->plan; }
+uint32_t Client::rank() const { return impl_->rank; }
+uint32_t Client::device() const { return impl_->device; }
+bool Client::stepSelected() const { return impl_->step_selected; }
+
+Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
+  Impl& m = *impl_;
+  if (iteration == m.iteration && graph_id == m.graph_id) return {};
+  m.iteration = iteration;
+  m.graph_id = graph_id;
+  m.updateStepSelected();
+  v1::Control ctl;
+  ctl.mutable_step()->set_graph_id(graph_id);
+  ctl.mutable_step()->set_iteration(iteration);
+  return m.sendControl(ctl, nullptr, 0);
+}
+
+bool Client::shouldDump(std::string_view op_name, config::Io io, bool marked) {
+  Impl& m = *impl_;
+  return m.step_selected && m.filter->ioSelected(io) && m.filter->opSelected(op_name, marked);
+}
+
+Result<Reservation> Client::reserveOp(const OpCall& op) {
+  Impl& m = *impl_;
+  Reservation res;
+  if (m.closed || !m.fatal.empty()) return m.dead();
+  if (!m.step_selected || !m.filter->opSelected(op.op_name, op.marked)) {
+    m.stats.tensors_filtered += op.tensors.size();
+    return res;
+  }
+  m.specs.clear();
+  m.selected.clear();
+  const uint64_t ts = nowMicros();
+  uint64_t payload_bytes = 0;
+  for (const Tensor& t : op.tensors) {
+    if (!m.filter->ioSelected(t.io)) {
+      ++m.stats.tensors_filtered;
+      continue;
+    }
+    uint64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) return makeError(ErrorCode::kInvalidArgument, "negative dimension in shape");
+      elements *= static_cast<uint64_t>(d);
+    }
+    const uint64_t want = storage::sourceBytes(t.dtype, elements);
+    if (t.bytes != want) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
+                           ": " + std::to_string(t.bytes) + " bytes given, shape and " +
+                           std::string(storage::dtypeName(t.dtype)) + " need " +
+                           std::to_string(want));
+    }
+    ipc::TensorSpec s;
+    s.io = static_cast<uint8_t>(t.io);
+    s.dtype = static_cast<uint8_t>(t.dtype);
+    s.slot = t.slot;
+    s.shape = t.shape;
+    s.format = t.format;
+    s.timestamp_us = ts;
+    s.data_bytes = t.bytes;
+    m.specs.push_back(s);
+    m.selected.push_back(&t);
+    payload_bytes += t.bytes;
+  }
+  if (m.specs.empty()) return res;
+  ipc::OpSpec spec;
+  spec.graph_id = m.graph_id;
+  spec.iteration = m.iteration;
+  spec.task_id = op.task_id;
+  spec.stream_id = op.stream_id;
+  spec.flags = op.marked ? ipc::kOpMarked : 0;
+  spec.op_type = op.op_type;
+  spec.op_name = op.op_name;
+  spec.tensors = m.specs;
+  if (Status s = ipc::checkOpSpec(spec); !s) return s.error();
+  const uint64_t body = ipc::opBodyBytes(spec);
+  auto p = m.reserve(ipc::RecordKind::kOp, body, /*may_drop=*/true);
+  if (!p) return p.error();
+  if (p.value() == nullptr) {
+    m.stats.tensors_dropped += m.specs.size();
+    ++m.stats.records_dropped;
+    auto* ctl = m.ring->control();
+    // Relaxed: informational counters the daemon reads for status.
+    ctl->dropped_records.fetch_add(1, std::memory_order_relaxed);
+    ctl->dropped_tensors.fetch_add(m.specs.size(), std::memory_order_relaxed);
+    return res;
+  }
+  m.payloads.resize(m.specs.size());
+  ipc::writeOpDescriptors(p.value(), spec, m.payloads);
+  res.payloads_.resize(m.specs.size());
+  for (size_t i = 0; i < m.specs.size(); ++i) {
+    res.payloads_[i] = std::span<std::byte>(m.payloads[i], m.specs[i].data_bytes);
+  }
+  res.tensors_ = static_cast<uint32_t>(m.specs.size());
+  res.active_ = true;
+  m.stats.bytes_committed += payload_bytes;
+  return res;
+}
+
+Result<uint64_t> Client::commitOp(Reservation& r) {
+  Impl& m = *impl_;
+  if (!r.active_) return makeError(ErrorCode::kInvalidArgument, "reservation is not active");
+  r.active_ = false;
+  const uint64_t seq = m.ring->commit(m.data_bell);
+  ++m.stats.records_committed;
+  m.stats.tensors_committed += r.tensors_;
+  return seq;
+}
+
+Result<bool> Client::dumpOp(const OpCall& op) {
+  Impl& m = *impl_;
+  if (m.closed || !m.fatal.empty()) return m.dead();
+  if (!m.step_selected || !m.filter->opSelected(op.op_name, op.marked)) {
+    m.stats.tensors_filtered += op.tensors.size();
+    return false;
+  }
+  // reserveOp fills m.payloads in the order of m.selected.
+  auto r = reserveOp(op);
+  if (!r) return r.error();
+  Reservation& res = r.value();
+  if (!res.active()) return false;
+  for (size_t i = 0; i < m.selected.size(); ++i) {
+    const Tensor* t = m.selected[i];
+    if (t->bytes != 0) std::memcpy(m.payloads[i], t->data, t->bytes);
+  }
+  auto c = commitOp(res);
+  if (!c) return c.error();
+  return true;
+}
+
+Status Client::dumpConstant(std::string_view data_id, const Tensor& tensor, uint32_t graph_id) {
+  uint64_t elements = 1;
+  for (int64_t d : tensor.shape) elements *= static_cast<uint64_t>(d < 0 ? 0 : d);
+  if (tensor.bytes != storage::sourceBytes(tensor.dtype, elements)) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "constant " + std::string(data_id) + ": byte size does not match its shape");
+  }
+  v1::Control ctl;
+  v1::Constant* c = ctl.mutable_constant();
+  c->set_graph_id(graph_id);
+  c->set_data_id(std::string(data_id));
+  c->set_dtype(static_cast<uint32_t>(tensor.dtype));
+  for (int64_t d : tensor.shape) c->add_shape(d);
+  c->set_timestamp_us(nowMicros());
+  c->set_data_bytes(tensor.bytes);
+  return impl_->sendControl(ctl, tensor.data, tensor.bytes);
+}
+
+Status Client::saveGraph(uint32_t graph_id, std::string_view ir_text, std::string_view pb_bytes) {
+  v1::Control ctl;
+  v1::GraphArtifact* g = ctl.mutable_graph();
+  g->set_graph_id(graph_id);
+  g->set_ir_text(std::string(ir_text));
+  g->set_pb_bytes(std::string(pb_bytes));
+  return impl_->sendControl(ctl, nullptr, 0);
+}
+
+Status Client::saveExecutionOrder(uint32_t graph_id, const std::vector<std::string>& op_names) {
+  v1::Control ctl;
+  v1::ExecutionOrder* e = ctl.mutable_execution_order();
+  e->set_graph_id(graph_id);
+  for (const auto& n : op_names) e->add_op_names(n);
+  return impl_->sendControl(ctl, nullptr, 0);
+}
+
+Status Client::saveKernelArgs(std::string_view op_type, std::string_view op_name,
+                              const std::vector<std::pair<std::string, std::string>>& args) {
+  v1::Control ctl;
+  v1::KernelArgs* k = ctl.mutable_kernel_args();
+  k->set_graph_id(impl_->graph_id);
+  k->set_iteration(impl_->iteration);
+  k->set_op_type(std::string(op_type));
+  k->set_op_name(std::string(op_name));
+  for (const auto& [key, value] : args) (*k->mutable_args())[key] = value;
+  return impl_->sendControl(ctl, nullptr, 0);
+}
+
+Result<Counts> Client::flush(int timeout_ms) {
+  Impl& m = *impl_;
+  if (m.closed || !m.fatal.empty()) return m.dead();
+  v1::Envelope env;
+  v1::Flush* f = env.mutable_flush();
+  f->set_sequence(m.ring->lastSequence());
+  f->set_token(++m.flush_token);
+  if (Status s = ipc::sendFrame(m.sock.get(), env); !s) {
+    m.fatal = s.error().message;
+    return s.error();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    auto reply = ipc::recvFrame(m.sock.get(), m.decoder, wait_ms);
+    if (!reply) {
+      if (reply.error().code != ErrorCode::kTimeout) m.fatal = reply.error().message;
+      return reply.error();
+    }
+    if (reply->has_error()) {
+      m.fatal = "dumpd ended the session: " + reply->error().message();
+      return makeError(ErrorCode::kUnavailable, m.fatal);
+    }
+    if (reply->has_flush_reply() && reply->flush_reply().token() == m.flush_token) {
+      return countsFromWire(reply->flush_reply().counts(), reply->flush_reply().last_error());
+    }
+  }
+}
+
+Stats Client::stats() const {
+  Stats s = impl_->stats;
+  s.ring_used = impl_->ring->usedBytes();
+  s.iteration = impl_->iteration;
+  s.graph_id = impl_->graph_id;
+  return s;
+}
+
+Status Client::close(int timeout_ms) {
+  Impl& m = *impl_;
+  if (m.closed) return {};
+  Status result;
+  if (m.fatal.empty()) {
+    auto f = flush(timeout_ms);
+    if (!f) result = f.error();
+    v1::Envelope bye;
+    bye.mutable_goodbye();
+    (void)ipc::sendFrame(m.sock.get(), bye);
+  }
+  ::shutdown(m.sock.get(), SHUT_RDWR);
+  m.sock.reset();
+  m.closed = true;
+  return result;
+}
+
+}  // namespace dumpd::client

@@ -1,0 +1,153 @@
+// dumpd's producer library: a training process streams op inputs/outputs to the node's dumpd.
+//
+// Threading rule: a Client is used by one thread at a time (it owns a single-producer ring).
+// Calls from several threads must be serialised by the caller (the Python binding does).
+//
+// Memory-reuse contract: when dumpOp()/commitOp() returns, the tensor bytes are in shared
+// memory; the caller may overwrite or free its buffers at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/daemon_settings.h"
+#include "config/dump_plan.h"
+#include "config/filter.h"
+#include "config/result.h"
+#include "storage/dtype.h"
+
+namespace dumpd::client {
+
+struct Options {
+  std::string socket_path;  // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
+  std::string config_path;  // "" -> $MINDSPORE_DUMP_CONFIG (unless config_text is set)
+  std::optional<std::string> config_text;  // the job config itself, instead of a path
+  std::optional<uint32_t> rank;            // default $RANK_ID, else 0
+  std::optional<uint32_t> device;          // default $DEVICE_ID, else 0
+  uint64_t ring_bytes = 0;                 // 0 -> 64 MiB
+  std::optional<config::Backpressure> backpressure;  // default: the daemon's setting
+  std::string producer_name = "dumpd-cpp";
+  std::string producer_version;  // written as ms_version in .dump_metadata/config.json
+  std::string device_target = "CPU";
+  int connect_timeout_ms = 10000;
+};
+
+// One tensor of an op execution. `data` holds storage::sourceBytes(dtype, elements) bytes
+// (int4: packed pairs, low nibble first; bfloat16: raw 16-bit patterns).
+struct Tensor {
+  config::Io io = config::Io::kOutput;
+  uint32_t slot = 0;
+  storage::DType dtype = storage::DType::kFloat32;
+  std::span<const int64_t> shape;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  std::string_view format = "DefaultFormat";
+};
+
+struct OpCall {
+  std::string_view op_type;  // primitive name ("Conv2D")
+  std::string_view op_name;  // full scope name ("Default/conv1-Conv2d/Conv2D-op3")
+  std::span<const Tensor> tensors;
+  uint32_t task_id = 0;
+  uint32_t stream_id = 0;
+  bool marked = false;  // set_dump mark, for dump_mode 2
+};
+
+struct Counts {
+  uint64_t records = 0;
+  uint64_t tensors_received = 0;
+  uint64_t tensors_written = 0;
+  uint64_t tensors_dropped = 0;
+  uint64_t tensors_failed = 0;
+  uint64_t bytes_written = 0;
+  uint64_t tensors_filtered = 0;
+  std::string last_error;
+};
+
+struct Stats {
+  uint64_t records_committed = 0;   // records in the ring
+  uint64_t tensors_committed = 0;
+  uint64_t bytes_committed = 0;     // payload bytes copied into the ring
+  uint64_t tensors_filtered = 0;    // skipped by the pushed-down filter (no copy)
+  uint64_t tensors_dropped = 0;     // drop policy: ring full
+  uint64_t records_dropped = 0;
+  uint64_t blocked_waits = 0;       // times the block policy waited for space
+  uint64_t ring_capacity = 0;
+  uint64_t ring_used = 0;
+  uint32_t iteration = 0;
+  uint32_t graph_id = 0;
+  uint64_t session_id = 0;
+};
+
+// A zero-copy reservation: write each tensor's bytes at payload(i), then commitOp().
+class Reservation {
+ public:
+  std::span<std::byte> payload(size_t i) const { return payloads_[i]; }
+  size_t size() const { return payloads_.size(); }
+  bool active() const { return active_; }
+
+ private:
+  friend class Client;
+  std::vector<std::span<std::byte>> payloads_;
+  uint32_t tensors_ = 0;
+  bool active_ = false;
+};
+
+class Client {
+ public:
+  // Reads and validates the job config (ErrorCode::kInvalidConfig with the validator's
+  // message), creates and pre-faults the ring, opens the dump root, and performs the
+  // Hello/Welcome handshake (ErrorCode::kUnavailable when no daemon answers).
+  static Result<std::unique_ptr<Client>> connect(Options options);
+  // Flushes (bounded wait) and says Goodbye.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Marks the current iteration and graph. Moving to a new step completes the previous one
+  // (the daemon writes its manifest line). Default step: initial_iteration, graph 0.
+  Status setStep(uint32_t iteration, uint32_t graph_id = 0);
+  // The pushed-down filter: false means dumpOp would skip this tensor (and copy nothing).
+  bool shouldDump(std::string_view op_name, config::Io io, bool marked = false);
+  // True when the current step and device are selected at all (cheap per-step gate).
+  bool stepSelected() const;
+
+  // Copies the op's selected tensors into the ring as one record. Returns true when a
+  // record was committed, false when everything was filtered or dropped (drop policy).
+  Result<bool> dumpOp(const OpCall& op);
+  // Zero-copy form: reserves ring space for the op's selected tensors (data pointers are
+  // ignored; `bytes` must be set). An inactive reservation means filtered/dropped.
+  Result<Reservation> reserveOp(const OpCall& op);
+  Result<uint64_t> commitOp(Reservation& r);
+
+  Status dumpConstant(std::string_view data_id, const Tensor& tensor, uint32_t graph_id = 0);
+  Status saveGraph(uint32_t graph_id, std::string_view ir_text, std::string_view pb_bytes);
+  Status saveExecutionOrder(uint32_t graph_id, const std::vector<std::string>& op_names);
+  Status saveKernelArgs(std::string_view op_type, std::string_view op_name,
+                        const std::vector<std::pair<std::string, std::string>>& args);
+
+  // Blocks until everything committed so far is on disk, dropped or failed (timeout_ms -1:
+  // no limit). Returns the session's cumulative counts from the daemon.
+  Result<Counts> flush(int timeout_ms = -1);
+  Stats stats() const;
+  // Flushes, says Goodbye and closes; further calls fail. Idempotent.
+  Status close(int timeout_ms = 30000);
+
+  const config::DumpPlan& plan() const;
+  uint32_t rank() const;
+  uint32_t device() const;
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dumpd::client

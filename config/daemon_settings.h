@@ -1,0 +1,58 @@
+// The daemon's own settings file (config/dumpd.json): limits, policies, paths.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "config/result.h"
+
+namespace dumpd::config {
+
+enum class Backpressure : uint8_t { kBlock, kDrop };
+enum class Durability : uint8_t { kNone, kIteration, kFile };
+enum class Compression : uint8_t { kNone, kLz4 };
+
+std::string_view backpressureName(Backpressure b);
+std::string_view durabilityName(Durability d);
+Result<Backpressure> parseBackpressure(std::string_view s);
+Result<Durability> parseDurability(std::string_view s);
+std::string_view compressionName(Compression c);
+Result<Compression> parseCompression(std::string_view s);
+// True for trace debug info warn error critical off.
+bool isValidLogLevel(std::string_view s);
+
+// Validation bounds (see docs/configuration.md).
+constexpr uint64_t kMinRingBytes = 64 << 10;        // a ring must hold a few records
+constexpr uint64_t kMinWriteQueueBytes = 64 << 10;
+constexpr uint32_t kMaxWriterThreads = 64;
+constexpr size_t kMaxSocketPathBytes = 107;         // sockaddr_un::sun_path less its NUL
+
+struct DaemonSettings {
+  std::string socket_path;            // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
+  uint32_t socket_mode = 0660;        // octal in the file as a string "0660" or an integer
+  std::string socket_group;           // "" -> keep the daemon's group
+  uint32_t max_sessions = 64;
+  uint64_t max_ring_bytes = 1ull << 30;      // per session
+  uint64_t default_ring_bytes = 64ull << 20; // when the client does not ask
+  uint32_t writer_threads = 2;
+  uint64_t write_queue_bytes = 256ull << 20;
+  Backpressure backpressure = Backpressure::kBlock;
+  uint32_t block_timeout_ms = 0;      // 0 = wait forever
+  Durability durability = Durability::kNone;
+  uint64_t job_quota_bytes = 0;       // 0 = unlimited
+  uint64_t min_free_bytes = 1ull << 30;
+  Compression compression = Compression::kNone;
+  std::string log_level = "info";     // trace debug info warn error critical off
+};
+
+// Parses the settings JSON. Unknown keys are errors (a typo in a daemon setting should not
+// pass silently). Missing keys keep their defaults.
+Result<DaemonSettings> parseDaemonSettings(std::string_view json_text);
+Result<DaemonSettings> loadDaemonSettings(const std::string& path);
+
+// The socket path to use: explicit, else $DUMPD_SOCKET, else /run/dumpd/dumpd.sock.
+std::string resolveSocketPath(const std::string& explicit_path);
+
+}  // namespace dumpd::config

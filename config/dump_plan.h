@@ -1,0 +1,103 @@
+// The job config (data_dump.json) parsed and validated into an immutable DumpPlan.
+//
+// Behaviour follows MindSpore's own parser (see docs/compatibility.md for every deviation):
+// the same keys, types, defaults, forced values and error messages.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/iteration_set.h"
+#include "config/result.h"
+
+namespace dumpd::config {
+
+enum class DumpMode : uint8_t { kAll = 0, kKernels = 1, kMarked = 2 };
+enum class IoSelect : uint8_t { kBoth = 0, kInputs = 1, kOutputs = 2 };
+enum class SavedData : uint8_t { kTensor, kStatistic, kFull };
+enum class FileFormat : uint8_t { kNpy, kBin };
+enum class StatCalcMode : uint8_t { kHost, kDevice };
+
+// One statistic.csv column, in the order MindSpore documents them.
+enum class StatCategory : uint8_t {
+  kMax,
+  kMin,
+  kAvg,
+  kCount,
+  kNegativeZeroCount,
+  kPositiveZeroCount,
+  kNanCount,
+  kNegativeInfCount,
+  kPositiveInfCount,
+  kZeroCount,
+  kL2Norm,
+  kMd5,
+  kSha1,
+};
+
+// The statistic.csv column header of a category ("Max Value", "MD5", ...).
+std::string_view statCategoryHeader(StatCategory c);
+// The config spelling of a category ("max", "negative zero count", "md5", "hash:sha1").
+std::string_view statCategoryName(StatCategory c);
+
+struct DumpPlan {
+  std::string config_text;  // the job config, byte for byte (copied to .dump_metadata/)
+
+  // common_dump_settings
+  DumpMode dump_mode = DumpMode::kAll;  // after forcing (op_debug_mode != 0 -> kAll)
+  std::string path;                     // absolute; env fallback applied
+  std::string net_name;
+  IterationSet iterations;
+  IoSelect input_output = IoSelect::kBoth;  // after forcing (op_debug_mode 3 -> kBoth)
+  std::vector<std::string> kernels;         // as written in the file (before normalisation)
+  std::vector<uint32_t> support_device;
+  uint32_t op_debug_mode = 0;  // 0, 3 or 4 (1 and 2 become 3)
+  uint32_t overflow_number = 0;  // 0 = no limit
+  SavedData saved_data = SavedData::kTensor;
+  std::vector<StatCategory> statistic_category;  // normalised, de-duplicated, config order
+  FileFormat file_format = FileFormat::kNpy;
+  uint32_t initial_iteration = 0;
+
+  // e2e_dump_settings
+  bool e2e_enable = true;
+  bool trans_flag = true;
+  bool save_kernel_args = false;
+  StatCalcMode stat_calc_mode = StatCalcMode::kHost;
+  bool device_stat_precision_high = true;
+  bool sample_mode = false;
+  uint32_t sample_num = 100;
+
+  // Values the parser forced or ignored, in check order ("op_debug_mode 3 forces
+  // input_output to 0, ..."): MindSpore logs these as warnings; callers log or print them.
+  std::vector<std::string> warnings;
+
+  bool savesTensors() const { return saved_data != SavedData::kStatistic; }
+  bool savesStatistics() const { return saved_data != SavedData::kTensor; }
+  bool supportsDevice(uint32_t device) const;
+};
+
+// Where environment values come from; tests pass their own.
+struct Environment {
+  std::optional<std::string> ms_diagnostic_data_path;  // MS_DIAGNOSTIC_DATA_PATH
+  std::optional<std::string> mindspore_dump_config;    // MINDSPORE_DUMP_CONFIG
+  static Environment fromProcess();
+};
+
+// Parses and validates a job config. Errors carry MindSpore's message for the failing key,
+// or "JSON syntax error at line L, column C: ..." for malformed JSON.
+Result<DumpPlan> parseDumpPlan(std::string_view json_text, const Environment& env);
+
+// Reads the file and parses it. `path` empty: use $MINDSPORE_DUMP_CONFIG.
+Result<DumpPlan> loadDumpPlan(const std::string& path, const Environment& env);
+
+// Reads a whole file; errors name the file.
+Result<std::string> readTextFile(const std::string& path);
+
+// One line: net, path, iterations, dump mode (and kernel count), saved_data, categories.
+std::string summarizePlan(const DumpPlan& plan);
+
+}  // namespace dumpd::config

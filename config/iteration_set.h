@@ -1,0 +1,37 @@
+// The `iteration` string of a job config: "all", or '|'-separated segments "N" / "LOW-HIGH".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/result.h"
+
+namespace dumpd::config {
+
+// Immutable set of iterations. Thread-compatible (const methods may run concurrently).
+class IterationSet {
+ public:
+  IterationSet() = default;  // empty set: matches nothing
+  static IterationSet all();
+
+  // Accepts "all" or segments separated by '|', with optional spaces around each segment
+  // (dumpd deviation). A malformed segment ("5-3", "-1", "5-", "1-2-3", "") is an error that
+  // names it (MindSpore silently never matches it). Values must fit in uint32.
+  static Result<IterationSet> parse(std::string_view text);
+
+  bool contains(uint32_t iteration) const;
+  bool isAll() const { return all_; }
+  // Canonical text: "all" or merged ranges "0|5-8|100-120".
+  std::string toString() const;
+  // Merged, sorted inclusive ranges (empty when isAll()).
+  const std::vector<std::pair<uint32_t, uint32_t>>& ranges() const { return ranges_; }
+
+ private:
+  bool all_ = false;
+  std::vector<std::pair<uint32_t, uint32_t>> ranges_;
+};
+
+}  // namespace dumpd::config

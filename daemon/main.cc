@@ -1,0 +1,165 @@
+// dumpd: the node-local tensor dump daemon.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "config/daemon_settings.h"
+#include "daemon/server.h"
+#include "ipc/asio.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: dumpd [--config FILE] [--socket PATH] [--log-level LEVEL]\n"
+    "\n"
+    "Node-local daemon that writes MindSpore-format tensor dumps for training processes.\n"
+    "Serves until SIGTERM/SIGINT (drains every session, then exits 0). SIGHUP re-reads --config.\n"
+    "\n"
+    "  --config FILE       daemon settings (JSON, see config/dumpd.json and docs/configuration.md)\n"
+    "  --socket PATH       listening socket (default: $DUMPD_SOCKET, else /run/dumpd/dumpd.sock)\n"
+    "  --log-level LEVEL   trace, debug, info, warn, error, critical or off (default info)\n"
+    "  --help, --version\n";
+
+struct Args {
+  std::string config;
+  std::string socket;
+  std::string log_level;
+};
+
+int usageError(const std::string& msg) {
+  std::cerr << "dumpd: " << msg << "\n\n" << kUsage;
+  return 2;
+}
+
+void setupLogging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("dumpd");
+  // Under journald (JOURNAL_STREAM set) the journal adds timestamps; keep lines short.
+  if (std::getenv("JOURNAL_STREAM") != nullptr) {
+    logger->set_pattern("<%l> %v");
+  } else {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e dumpd[%P] %l: %v");
+  }
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::flush_on(spdlog::level::info);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dumpd;
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string& out) -> bool {
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a == "--version") {
+      std::cout << "dumpd " << daemon::kVersion << "\n";
+      return 0;
+    } else if (a == "--config") {
+      if (!value(args.config)) return usageError("--config needs a FILE");
+    } else if (a == "--socket") {
+      if (!value(args.socket)) return usageError("--socket needs a PATH");
+    } else if (a == "--log-level") {
+      if (!value(args.log_level)) return usageError("--log-level needs a LEVEL");
+    } else {
+      return usageError("unknown argument '" + a + "'");
+    }
+  }
+
+  config::DaemonSettings settings;
+  if (!args.config.empty()) {
+    auto s = config::loadDaemonSettings(args.config);
+    if (!s) {
+      std::cerr << "dumpd: " << s.error().message << "\n";
+      return 1;
+    }
+    settings = std::move(s.value());
+  }
+  if (!args.log_level.empty()) {
+    static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+    bool ok = false;
+    for (const char* l : kLevels) ok = ok || args.log_level == l;
+    if (!ok) return usageError("unknown log level '" + args.log_level + "'");
+    settings.log_level = args.log_level;
+  }
+  setupLogging(settings.log_level);
+  const std::string socket_path =
+      config::resolveSocketPath(args.socket.empty() ? settings.socket_path : args.socket);
+
+  asio::io_context io;
+  daemon::Server server(io, settings, socket_path);
+
+  int inherited = -1;
+  const int n = sd_listen_fds(1);
+  if (n > 1) {
+    spdlog::error("systemd passed {} sockets; dumpd uses exactly one", n);
+    return 1;
+  }
+  if (n == 1) inherited = SD_LISTEN_FDS_START;
+  if (Status s = server.listen(inherited); !s) {
+    spdlog::error("{}", s.error().message);
+    return 1;
+  }
+
+  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        if (sig == SIGHUP) {
+          if (args.config.empty()) {
+            spdlog::info("SIGHUP: no --config file to re-read");
+          } else if (auto s = config::loadDaemonSettings(args.config); !s) {
+            spdlog::error("SIGHUP: keeping the current settings: {}", s.error().message);
+          } else {
+            config::DaemonSettings next = std::move(s.value());
+            if (!args.log_level.empty()) next.log_level = args.log_level;
+            spdlog::set_level(spdlog::level::from_str(next.log_level));
+            server.applySettings(next);
+            spdlog::info("SIGHUP: settings re-read from {}", args.config);
+          }
+          signals.async_wait(on_signal);
+          return;
+        }
+        spdlog::info("{}: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        sd_notify(0, "STOPPING=1");
+        server.shutdown();
+      };
+  signals.async_wait(on_signal);
+
+  // Watchdog pings and STATUS= updates for systemd (no-ops without NOTIFY_SOCKET).
+  uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
+  const auto period = watchdog ? std::chrono::microseconds(watchdog_usec / 2)
+                               : std::chrono::microseconds(std::chrono::seconds(5));
+  asio::steady_timer ticker(io);
+  std::function<void(const boost::system::error_code&)> tick =
+      [&](const boost::system::error_code& ec) {
+        if (ec || server.stopping()) return;
+        const std::string status = "STATUS=" + server.statusLine();
+        sd_notify(0, status.c_str());
+        if (watchdog) sd_notify(0, "WATCHDOG=1");
+        ticker.expires_after(period);
+        ticker.async_wait(tick);
+      };
+  ticker.expires_after(period);
+  ticker.async_wait(tick);
+
+  server.start();
+  sd_notify(0, ("READY=1\nSTATUS=serving on " + socket_path).c_str());
+  io.run();
+  spdlog::info("dumpd exiting");
+  return 0;
+}

@@ -1,0 +1,94 @@
+// Encoding of one op execution into a ring record body (producer) and its validation and
+// decoding (consumer). See ipc/ring_format.h for the layout.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/result.h"
+#include "ipc/ring_format.h"
+
+namespace dumpd::ipc {
+
+inline constexpr uint32_t kMaxDims = 32;
+inline constexpr uint32_t kMaxNameBytes = 4096;
+inline constexpr uint32_t kMaxFormatBytes = 64;
+inline constexpr uint32_t kMaxTensorsPerRecord = 4096;
+
+struct TensorSpec {
+  uint8_t io = 1;      // 0 input, 1 output
+  uint8_t dtype = 10;  // storage::DType wire value
+  uint32_t slot = 0;
+  std::span<const int64_t> shape;
+  std::string_view format = "DefaultFormat";
+  uint64_t timestamp_us = 0;
+  uint64_t data_bytes = 0;
+};
+
+struct OpSpec {
+  uint32_t graph_id = 0;
+  uint32_t iteration = 0;
+  uint32_t task_id = 0;
+  uint32_t stream_id = 0;
+  uint32_t flags = 0;
+  std::string_view op_type;
+  std::string_view op_name;
+  std::span<const TensorSpec> tensors;
+};
+
+// Checks the limits above; an error names the offending field.
+Status checkOpSpec(const OpSpec& op);
+// Body bytes of the record for `op` (descriptors + aligned payloads).
+uint64_t opBodyBytes(const OpSpec& op);
+// Writes the descriptors into `body` (opBodyBytes(op) bytes) and stores where each tensor's
+// payload goes in payloads[i] (the caller copies or produces the bytes there).
+void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*> payloads);
+
+// Consumer side: a decoded record. Names, dims and formats are copied out of shared memory
+// (the producer may still write there); payload pointers stay in the ring.
+struct DecodedTensor {
+  uint8_t io;
+  uint8_t dtype;
+  uint32_t slot;
+  uint64_t timestamp_us;
+  uint32_t dims_begin;  // index into DecodedOp::dims
+  uint32_t ndim;
+  uint32_t format_begin;  // offset into DecodedOp::strings
+  uint32_t format_len;
+  const std::byte* data;
+  uint64_t data_bytes;
+};
+
+struct DecodedOp {
+  uint32_t graph_id = 0;
+  uint32_t iteration = 0;
+  uint32_t task_id = 0;
+  uint32_t stream_id = 0;
+  uint32_t flags = 0;
+  std::string strings;  // op_type, op_name, then formats
+  uint32_t op_type_len = 0;
+  uint32_t op_name_len = 0;
+  std::vector<int64_t> dims;
+  std::vector<DecodedTensor> tensors;
+
+  std::string_view opType() const { return std::string_view(strings).substr(0, op_type_len); }
+  std::string_view opName() const {
+    return std::string_view(strings).substr(op_type_len, op_name_len);
+  }
+  std::span<const int64_t> shape(const DecodedTensor& t) const {
+    return std::span<const int64_t>(dims).subspan(t.dims_begin, t.ndim);
+  }
+  std::string_view format(const DecodedTensor& t) const {
+    return std::string_view(strings).substr(t.format_begin, t.format_len);
+  }
+};
+
+// Validates and decodes a kOp body; reuses `out`'s buffers. Any inconsistency (lengths,
+// offsets, limits) is an error describing it; nothing is read outside [body, body+bytes).
+Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out);
+
+}  // namespace dumpd::ipc

@@ -1,0 +1,106 @@
+// The shared-memory ring's binary layout. Both processes map the same memfd; the layout is
+// pinned by tests/ipc/ring_format_test.cc, so any change here is a protocol change.
+//
+//   [0, 4096)           RingControl: identity + cache-line-separated atomics
+//   [4096, 4096 + cap)  data area: records, each 64-byte aligned, never straddling the end
+//
+// Positions (head, tail) are monotonic 64-bit byte counts; a position's offset in the data
+// area is pos % capacity. Shared memory holds offsets only, never pointers.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace dumpd::ipc {
+
+inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" little-endian
+inline constexpr uint32_t kRingVersion = 1;
+inline constexpr size_t kRingControlBytes = 4096;
+inline constexpr size_t kRecordAlign = 64;
+inline constexpr uint64_t kMinRingBytes = 64 * 1024;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "ring needs lock-free 64-bit atomics");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "ring needs lock-free 32-bit atomics");
+
+struct RingControl {
+  // Written once by the producer before the memfd is passed; read once by the consumer,
+  // which keeps its own copy (the producer could change these later).
+  uint64_t magic;
+  uint32_t version;
+  uint32_t control_bytes;  // kRingControlBytes
+  uint64_t capacity;       // data area bytes, multiple of kRecordAlign
+  uint64_t reserved0[5];
+
+  // Producer-owned: bytes committed (end of the last whole record). Release-stored after the
+  // record's bytes are written, so a consumer that acquire-loads it sees whole records only.
+  alignas(64) std::atomic<uint64_t> head;
+  // Consumer-owned: bytes released (the producer may reuse everything before it).
+  alignas(64) std::atomic<uint64_t> tail;
+  // 1 while the consumer is (about to be) asleep on the data doorbell.
+  alignas(64) std::atomic<uint32_t> consumer_waiting;
+  // 1 while the producer is (about to be) asleep on the space doorbell.
+  alignas(64) std::atomic<uint32_t> producer_waiting;
+  // Producer-owned counters for the drop policy (informational for the daemon).
+  alignas(64) std::atomic<uint64_t> dropped_records;
+  std::atomic<uint64_t> dropped_tensors;
+};
+static_assert(sizeof(RingControl) <= kRingControlBytes);
+static_assert(offsetof(RingControl, head) == 64);
+static_assert(offsetof(RingControl, tail) == 128);
+static_assert(offsetof(RingControl, consumer_waiting) == 192);
+static_assert(offsetof(RingControl, producer_waiting) == 256);
+static_assert(offsetof(RingControl, dropped_records) == 320);
+
+enum class RecordKind : uint16_t {
+  kPad = 1,      // skip to the start of the data area (wrap-around filler)
+  kOp = 2,       // one op execution: OpHeader, names, TensorDescs, payloads
+  kControl = 3,  // u32 length + serialized dumpd.v1.Control (+ constant payload)
+};
+
+inline constexpr uint32_t kRecordMagic = 0x52445044;  // "DPDR"
+
+struct RecordHeader {
+  uint32_t magic;
+  uint16_t kind;      // RecordKind
+  uint16_t flags;
+  uint32_t reserved;
+  uint32_t body_bytes;  // meaningful bytes after this header (<= length - sizeof header)
+  uint64_t length;    // whole record incl. header and padding; multiple of kRecordAlign
+  uint64_t sequence;  // 1, 2, 3... per session (pad records carry 0)
+};
+static_assert(sizeof(RecordHeader) == 32);
+
+// kOp body, right after RecordHeader.
+struct OpHeader {
+  uint32_t graph_id;
+  uint32_t iteration;
+  uint32_t task_id;
+  uint32_t stream_id;
+  uint32_t tensor_count;
+  uint16_t op_type_len;
+  uint16_t op_name_len;
+  uint32_t flags;  // kOpMarked
+  uint32_t reserved;
+};
+static_assert(sizeof(OpHeader) == 32);
+inline constexpr uint32_t kOpMarked = 1;  // set_dump mark (dump_mode 2)
+
+// Then op_type and op_name bytes (no terminator), padded to 8 bytes; then tensor_count
+// TensorDescs, each followed by ndim int64 dims and format_len bytes, padded to 8. Payloads
+// follow at data_offset (from the record start), each 64-byte aligned.
+struct TensorDesc {
+  uint8_t io;      // 0 input, 1 output
+  uint8_t dtype;   // storage::DType wire value
+  uint8_t ndim;
+  uint8_t format_len;
+  uint32_t slot;
+  uint64_t timestamp_us;
+  uint64_t data_offset;
+  uint64_t data_bytes;
+};
+static_assert(sizeof(TensorDesc) == 32);
+
+inline constexpr uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace dumpd::ipc

@@ -1,0 +1,288 @@
+#include "ipc/shm_ring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+#include <string>
+
+namespace dumpd::ipc {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+Error sysError(const char* what) {
+  return makeError(ErrorCode::kIo, std::string(what) + ": " + strerror(errno));
+}
+
+}  // namespace
+
+RingMapping::~RingMapping() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+}
+RingMapping::RingMapping(RingMapping&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+RingMapping& RingMapping::operator=(RingMapping&& o) noexcept {
+  if (this != &o) {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+    base_ = std::exchange(o.base_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+// ---------------------------------------------------------------- producer
+
+RingProducer::RingProducer(UniqueFd fd, RingMapping map, uint64_t capacity)
+    : memfd_(std::move(fd)), map_(std::move(map)), capacity_(capacity) {
+  data_ = map_.base() + kRingControlBytes;
+}
+
+Result<RingProducer> RingProducer::create(uint64_t capacity_bytes) {
+  if (capacity_bytes < kMinRingBytes) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "ring size " + std::to_string(capacity_bytes) + " is below the minimum " +
+                         std::to_string(kMinRingBytes));
+  }
+  const uint64_t capacity = alignUp(capacity_bytes, kPage);
+  const uint64_t total = kRingControlBytes + capacity;
+  UniqueFd fd(::memfd_create("dumpd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return sysError("memfd_create");
+  if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) return sysError("ftruncate ring");
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return sysError("seal ring");
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return sysError("mmap ring");
+  RingMapping map(base, total);
+  // Pre-fault: write every page once so neither the first burst nor the consumer pays for
+  // page allocation. MAP_POPULATE alone leaves write faults on shmem here.
+  auto* bytes = static_cast<volatile std::byte*>(base);
+  for (uint64_t off = 0; off < total; off += kPage) bytes[off] = std::byte{0};
+
+  auto* ctl = new (base) RingControl{};
+  ctl->magic = kRingMagic;
+  ctl->version = kRingVersion;
+  ctl->control_bytes = kRingControlBytes;
+  ctl->capacity = capacity;
+  // Relaxed is enough: the memfd reaches the consumer through sendmsg, a full barrier.
+  ctl->head.store(0, std::memory_order_relaxed);
+  ctl->tail.store(0, std::memory_order_relaxed);
+  return RingProducer(std::move(fd), std::move(map), capacity);
+}
+
+uint64_t RingProducer::neededFor(uint64_t length) const {
+  const uint64_t off = head_ % capacity_;
+  const uint64_t pad = (off + length > capacity_) ? capacity_ - off : 0;
+  return pad + length;
+}
+
+bool RingProducer::fits(uint64_t body_bytes) const {
+  const uint64_t length = recordLength(body_bytes);
+  if (length > capacity_) return false;
+  // Acquire: the consumer released these bytes after it finished reading them; our writes to
+  // them must not be reordered before that release.
+  const uint64_t tail = control()->tail.load(std::memory_order_acquire);
+  return neededFor(length) <= capacity_ - (head_ - tail);
+}
+
+std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
+  if (!fits(body_bytes)) return nullptr;
+  const uint64_t length = recordLength(body_bytes);
+  const uint64_t off = head_ % capacity_;
+  res_pad_ = (off + length > capacity_) ? capacity_ - off : 0;
+  res_length_ = length;
+  res_body_ = body_bytes;
+  res_kind_ = kind;
+  reserved_ = true;
+  return data_ + (head_ + res_pad_) % capacity_ + sizeof(RecordHeader);
+}
+
+uint64_t RingProducer::commit(const Doorbell& data_bell) {
+  if (res_pad_ != 0) {
+    RecordHeader pad{};
+    pad.magic = kRecordMagic;
+    pad.kind = static_cast<uint16_t>(RecordKind::kPad);
+    pad.length = res_pad_;
+    std::memcpy(data_ + head_ % capacity_, &pad, sizeof pad);
+  }
+  const uint64_t start = head_ + res_pad_;
+  RecordHeader h{};
+  h.magic = kRecordMagic;
+  h.kind = static_cast<uint16_t>(res_kind_);
+  h.body_bytes = static_cast<uint32_t>(res_body_);
+  h.length = res_length_;
+  h.sequence = ++sequence_;
+  std::memcpy(data_ + start % capacity_, &h, sizeof h);
+  head_ = start + res_length_;
+  reserved_ = false;
+  // seq_cst (not just release): together with the consumer's seq_cst store of
+  // consumer_waiting and load of head, this is a Dekker handshake. Either we see its flag
+  // and ring, or it sees our head and does not sleep. Release semantics publish the bytes.
+  control()->head.store(head_, std::memory_order_seq_cst);
+  if (control()->consumer_waiting.load(std::memory_order_seq_cst) != 0) data_bell.ring();
+  return sequence_;
+}
+
+bool RingProducer::waitForSpace(uint64_t body_bytes, const Doorbell& space_bell,
+                                int timeout_ms) {
+  if (recordLength(body_bytes) > capacity_) return false;
+  while (!fits(body_bytes)) {
+    // Dekker handshake with RingConsumer::release (seq_cst on both sides).
+    control()->producer_waiting.store(1, std::memory_order_seq_cst);
+    if (fits(body_bytes)) break;
+    const bool woke = space_bell.wait(timeout_ms);
+    control()->producer_waiting.store(0, std::memory_order_relaxed);
+    if (!woke && !fits(body_bytes)) return false;
+  }
+  control()->producer_waiting.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+uint64_t RingProducer::usedBytes() const {
+  return head_ - control()->tail.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------- consumer
+
+RingConsumer::RingConsumer(UniqueFd fd, RingMapping map, uint64_t capacity)
+    : memfd_(std::move(fd)), map_(std::move(map)), capacity_(capacity) {
+  data_ = map_.base() + kRingControlBytes;
+}
+
+Result<RingConsumer> RingConsumer::attach(UniqueFd memfd, uint64_t claimed_bytes,
+                                          uint64_t max_ring_bytes) {
+  const int fd = memfd.get();
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    return makeError(ErrorCode::kProtocol, "ring fd is not a sealable memfd");
+  }
+  if ((seals & F_SEAL_SHRINK) == 0) {
+    return makeError(ErrorCode::kProtocol, "ring memfd is not sealed against shrinking");
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return sysError("fstat ring");
+  if (claimed_bytes < kRingControlBytes + kMinRingBytes) {
+    return makeError(ErrorCode::kProtocol,
+                     "ring of " + std::to_string(claimed_bytes) + " bytes is too small");
+  }
+  if (claimed_bytes > max_ring_bytes + kRingControlBytes) {
+    return makeError(ErrorCode::kResourceExhausted,
+                     "ring of " + std::to_string(claimed_bytes) +
+                         " bytes exceeds the limit of " + std::to_string(max_ring_bytes));
+  }
+  if (static_cast<uint64_t>(st.st_size) < claimed_bytes) {
+    return makeError(ErrorCode::kProtocol, "ring claims " + std::to_string(claimed_bytes) +
+                                               " bytes but the memfd holds " +
+                                               std::to_string(st.st_size));
+  }
+  void* base = ::mmap(nullptr, claimed_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                      fd, 0);
+  if (base == MAP_FAILED) return sysError("mmap ring");
+  RingMapping map(base, claimed_bytes);
+  RingControl ctl_copy;
+  std::memcpy(static_cast<void*>(&ctl_copy), base, offsetof(RingControl, head));
+  const uint64_t capacity = ctl_copy.capacity;
+  if (ctl_copy.magic != kRingMagic || ctl_copy.version != kRingVersion ||
+      ctl_copy.control_bytes != kRingControlBytes) {
+    return makeError(ErrorCode::kProtocol, "ring control block has a bad magic or version");
+  }
+  if (capacity % kRecordAlign != 0 || capacity < kMinRingBytes ||
+      capacity > claimed_bytes - kRingControlBytes) {
+    return makeError(ErrorCode::kProtocol,
+                     "ring capacity " + std::to_string(capacity) + " does not fit its memfd");
+  }
+  RingConsumer c(std::move(memfd), std::move(map), capacity);
+  // The producer may already have committed records; start from the released position.
+  if (c.control()->tail.load(std::memory_order_acquire) != 0) {
+    return makeError(ErrorCode::kProtocol, "new ring has a non-zero tail");
+  }
+  return c;
+}
+
+bool RingConsumer::hasData() const {
+  return control()->head.load(std::memory_order_acquire) != read_;
+}
+
+Result<std::optional<RingConsumer::Record>> RingConsumer::next() {
+  // Acquire pairs with the producer's store of head: bytes before it are visible.
+  const uint64_t head = control()->head.load(std::memory_order_acquire);
+  if (head == read_) return std::optional<Record>{};
+  if (head < read_ || head - released_.load(std::memory_order_relaxed) > capacity_) {
+    return makeError(ErrorCode::kProtocol, "ring head " + std::to_string(head) +
+                                               " is outside the valid window");
+  }
+  const uint64_t off = read_ % capacity_;
+  RecordHeader h;
+  std::memcpy(&h, data_ + off, sizeof h);  // copy first: the producer can still scribble
+  const auto corrupt = [&](const std::string& why) {
+    return makeError(ErrorCode::kProtocol,
+                     "corrupt ring record at position " + std::to_string(read_) + ": " + why);
+  };
+  if (h.magic != kRecordMagic) return corrupt("bad magic");
+  if (h.length < kRecordAlign || h.length % kRecordAlign != 0 || h.length > head - read_ ||
+      off + h.length > capacity_) {
+    return corrupt("bad length " + std::to_string(h.length));
+  }
+  const auto kind = static_cast<RecordKind>(h.kind);
+  Record r{};
+  r.kind = kind;
+  r.end = read_ + h.length;
+  if (kind == RecordKind::kPad) {
+    if (off + h.length != capacity_) return corrupt("pad record does not end at the wrap");
+    r.sequence = 0;
+    r.body = nullptr;
+    r.body_bytes = 0;
+  } else if (kind == RecordKind::kOp || kind == RecordKind::kControl) {
+    if (h.body_bytes > h.length - sizeof(RecordHeader)) return corrupt("body exceeds record");
+    if (h.sequence != expect_sequence_) {
+      return corrupt("sequence " + std::to_string(h.sequence) + ", expected " +
+                     std::to_string(expect_sequence_));
+    }
+    ++expect_sequence_;
+    r.sequence = h.sequence;
+    r.body = data_ + off + sizeof(RecordHeader);
+    r.body_bytes = h.body_bytes;
+  } else {
+    return corrupt("unknown kind " + std::to_string(h.kind));
+  }
+  read_ = r.end;
+  return std::optional<Record>(r);
+}
+
+void RingConsumer::release(uint64_t end, const Doorbell& space_bell) {
+  if (end <= released_.load(std::memory_order_relaxed)) return;
+  released_.store(end, std::memory_order_relaxed);
+  // seq_cst: Dekker handshake with RingProducer::waitForSpace; also a release, so our reads
+  // of the freed bytes happen before the producer's next writes to them.
+  control()->tail.store(end, std::memory_order_seq_cst);
+  if (control()->producer_waiting.load(std::memory_order_seq_cst) != 0) space_bell.ring();
+}
+
+void RingConsumer::waitForData(const Doorbell& data_bell, int timeout_ms, int stop_fd) {
+  control()->consumer_waiting.store(1, std::memory_order_seq_cst);
+  if (control()->head.load(std::memory_order_seq_cst) == read_) {
+    data_bell.wait(timeout_ms, stop_fd);
+  }
+  control()->consumer_waiting.store(0, std::memory_order_relaxed);
+}
+
+uint64_t RingConsumer::usedBytes() const {
+  const uint64_t head = control()->head.load(std::memory_order_relaxed);
+  const uint64_t released = released_.load(std::memory_order_relaxed);
+  return head >= released ? head - released : 0;
+}
+
+uint64_t RingConsumer::droppedRecords() const {
+  return control()->dropped_records.load(std::memory_order_relaxed);
+}
+uint64_t RingConsumer::droppedTensors() const {
+  return control()->dropped_tensors.load(std::memory_order_relaxed);
+}
+
+}  // namespace dumpd::ipc

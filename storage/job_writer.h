@@ -1,0 +1,96 @@
+// Writes one job's (one rank's) MindSpore dump tree beneath a dump-root directory fd.
+//
+// Thread-safety: all methods may be called concurrently from writer-pool threads; rows of one
+// statistic.csv/mapping.csv never interleave (one appender per iteration directory).
+// Every file is written under a temporary name in its directory and renamed when complete.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/daemon_settings.h"
+#include "config/dump_plan.h"
+#include "config/result.h"
+#include "storage/file_system.h"
+#include "storage/op_record.h"
+
+namespace dumpd::storage {
+
+struct JobOptions {
+  uint32_t rank = 0;
+  std::string device_target = "CPU";  // config.json "device_target"
+  std::string producer_version;        // config.json "ms_version"
+  config::Durability durability = config::Durability::kNone;
+  config::Compression compression = config::Compression::kNone;
+  uint64_t quota_bytes = 0;      // 0 = unlimited payload bytes for this job
+  uint64_t min_free_bytes = 0;   // stop payloads when the file system has less free space
+};
+
+// What one writeOp did.
+struct OpOutcome {
+  uint32_t tensors_written = 0;   // payload files (or statistic rows when only statistics)
+  uint32_t tensors_dropped = 0;   // payload skipped by quota/watermark/overflow limit
+  uint64_t bytes_written = 0;
+};
+
+struct JobCounters {
+  uint64_t tensors_written = 0;
+  uint64_t tensors_dropped = 0;
+  uint64_t bytes_written = 0;
+  uint64_t write_errors = 0;
+  std::string stop_reason;  // non-empty once payloads stopped (quota, free space)
+  std::string last_error;
+};
+
+class JobWriter {
+ public:
+  // `fs` is the seam all file operations go through, rooted at the dump root (plan.path).
+  // Writes .dump_metadata/data_dump.json and config.json under rank_{rank}/ (once).
+  static Result<std::unique_ptr<JobWriter>> create(std::shared_ptr<FileSystem> fs,
+                                                   const config::DumpPlan& plan,
+                                                   JobOptions options);
+  ~JobWriter();
+  JobWriter(const JobWriter&) = delete;
+  JobWriter& operator=(const JobWriter&) = delete;
+
+  // Writes the op's tensors per the plan (IO selection, saved_data, sampling, overflow mode,
+  // quota). Filtering of ops/iterations is the caller's job. Errors name the file.
+  Result<OpOutcome> writeOp(const OpRecord& op);
+
+  // {net}/{graph}/constants/Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy
+  Status writeConstant(uint32_t graph_id, std::string_view data_id, const TensorView& tensor);
+  // graphs/ms_output_trace_code_graph_{g}.ir and/or .pb (empty view = not written)
+  Status writeGraph(uint32_t graph_id, std::string_view ir_text, std::string_view pb_bytes);
+  // execution_order/ms_execution_order_graph_{g}.csv (header + one full name per line)
+  Status writeExecutionOrder(uint32_t graph_id, const std::vector<std::string>& op_names);
+  // Appends one line (the iteration) to ms_global_execution_order_graph_{g}.csv.
+  Status appendGlobalExecutionOrder(uint32_t graph_id, uint32_t iteration);
+  // {net}/{graph}/{iteration}/{op_type}.{op_name}.json with string values.
+  Status writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,
+                         std::string_view op_name,
+                         const std::vector<std::pair<std::string, std::string>>& args);
+
+  // Marks an iteration complete: closes its appenders, fsyncs per the durability setting,
+  // appends a line to .dump_metadata/manifest.jsonl. Idempotent per (graph, iteration).
+  // `dropped_upstream` adds tensors dropped before storage (backpressure drop).
+  Status completeIteration(uint32_t graph_id, uint32_t iteration, uint64_t dropped_upstream = 0,
+                           std::string_view reason = {});
+
+  // Completes every iteration still open (session end). 
+  Status finish(uint64_t dropped_upstream = 0);
+
+  JobCounters counters() const;
+  const config::DumpPlan& plan() const;
+
+ private:
+  struct Impl;
+  explicit JobWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dumpd::storage

@@ -1,0 +1,34 @@
+// One op execution handed to storage: views into memory the caller owns (the daemon's ring).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "config/filter.h"
+#include "storage/dtype.h"
+
+namespace dumpd::storage {
+
+struct TensorView {
+  config::Io io = config::Io::kOutput;
+  uint32_t slot = 0;
+  DType dtype = DType::kFloat32;
+  std::span<const int64_t> shape;  // logical shape (int4: the unpacked last dimension)
+  std::string_view format = "DefaultFormat";  // producer's format string (trans_flag false)
+  uint64_t timestamp_us = 0;                  // wall clock, microseconds since the epoch
+  std::span<const std::byte> data;            // sourceBytes(dtype, elements) bytes
+};
+
+struct OpRecord {
+  uint32_t graph_id = 0;
+  uint32_t iteration = 0;
+  std::string_view op_type;  // primitive name ("Add")
+  std::string_view op_name;  // full scope name ("Default/Add-op0"), unsanitised
+  uint32_t task_id = 0;
+  uint32_t stream_id = 0;
+  std::span<const TensorView> tensors;
+};
+
+}  // namespace dumpd::storage

@@ -1,0 +1,155 @@
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ipc/op_codec.h"
+
+namespace dumpd::ipc {
+namespace {
+
+struct Encoded {
+  std::vector<std::byte> body;
+  std::vector<std::byte*> payloads;
+};
+
+Encoded encode(const OpSpec& op) {
+  Encoded e;
+  e.body.resize(opBodyBytes(op));
+  e.payloads.resize(op.tensors.size());
+  writeOpDescriptors(e.body.data(), op, e.payloads);
+  return e;
+}
+
+TEST(OpCodec, RoundTripsNamesShapesFormatsAndPayloads) {
+  const int64_t s0[] = {2, 3};
+  TensorSpec t[2];
+  t[0].io = 0;
+  t[0].dtype = 10;
+  t[0].slot = 1;
+  t[0].shape = s0;
+  t[0].format = "NCHW";
+  t[0].timestamp_us = 123456789;
+  t[0].data_bytes = 24;
+  t[1].io = 1;
+  t[1].dtype = 4;
+  t[1].shape = {};  // scalar
+  t[1].data_bytes = 8;
+  OpSpec op;
+  op.graph_id = 3;
+  op.iteration = 42;
+  op.task_id = 7;
+  op.stream_id = 9;
+  op.flags = kOpMarked;
+  op.op_type = "Add";
+  op.op_name = "Default/network/Add-op0";
+  op.tensors = t;
+  ASSERT_TRUE(checkOpSpec(op).has_value());
+  Encoded e = encode(op);
+  std::memset(e.payloads[0], 0x11, 24);
+  std::memset(e.payloads[1], 0x22, 8);
+  for (std::byte* p : e.payloads) {
+    // Payloads are 64-byte aligned relative to the record start (body is at +32).
+    EXPECT_EQ((p - e.body.data() + 32) % 64, 0);
+  }
+
+  DecodedOp d;
+  ASSERT_TRUE(decodeOp(e.body.data(), e.body.size(), d).has_value());
+  EXPECT_EQ(d.graph_id, 3u);
+  EXPECT_EQ(d.iteration, 42u);
+  EXPECT_EQ(d.task_id, 7u);
+  EXPECT_EQ(d.stream_id, 9u);
+  EXPECT_EQ(d.flags, kOpMarked);
+  EXPECT_EQ(d.opType(), "Add");
+  EXPECT_EQ(d.opName(), "Default/network/Add-op0");
+  ASSERT_EQ(d.tensors.size(), 2u);
+  EXPECT_EQ(d.tensors[0].io, 0);
+  EXPECT_EQ(d.tensors[0].slot, 1u);
+  EXPECT_EQ(d.tensors[0].timestamp_us, 123456789u);
+  EXPECT_EQ(d.format(d.tensors[0]), "NCHW");
+  ASSERT_EQ(d.shape(d.tensors[0]).size(), 2u);
+  EXPECT_EQ(d.shape(d.tensors[0])[1], 3);
+  EXPECT_EQ(d.shape(d.tensors[1]).size(), 0u);
+  EXPECT_EQ(d.tensors[0].data_bytes, 24u);
+  EXPECT_EQ(d.tensors[0].data[23], std::byte{0x11});
+  EXPECT_EQ(d.tensors[1].data[0], std::byte{0x22});
+}
+
+TEST(OpCodec, CheckRejectsLimits) {
+  TensorSpec t;
+  std::vector<int64_t> dims(kMaxDims + 1, 1);
+  t.shape = dims;
+  OpSpec op;
+  op.op_type = "A";
+  op.op_name = "B";
+  op.tensors = std::span<const TensorSpec>(&t, 1);
+  EXPECT_FALSE(checkOpSpec(op).has_value());
+  OpSpec empty = op;
+  empty.tensors = {};
+  EXPECT_FALSE(checkOpSpec(empty).has_value());
+  std::string long_name(kMaxNameBytes + 1, 'x');
+  OpSpec named = op;
+  t.shape = {};
+  named.op_name = long_name;
+  EXPECT_FALSE(checkOpSpec(named).has_value());
+}
+
+TEST(OpCodec, TruncatedBodiesAreRejected) {
+  const int64_t shape[] = {4};
+  TensorSpec t;
+  t.shape = shape;
+  t.data_bytes = 16;
+  OpSpec op;
+  op.op_type = "Relu";
+  op.op_name = "Default/Relu-op1";
+  op.tensors = std::span<const TensorSpec>(&t, 1);
+  Encoded e = encode(op);
+  DecodedOp d;
+  for (size_t n = 0; n < e.body.size(); ++n) {
+    EXPECT_FALSE(decodeOp(e.body.data(), n, d).has_value()) << "length " << n;
+  }
+  EXPECT_TRUE(decodeOp(e.body.data(), e.body.size(), d).has_value());
+}
+
+TEST(OpCodec, PayloadOffsetOutsideRecordIsRejected) {
+  const int64_t shape[] = {4};
+  TensorSpec t;
+  t.shape = shape;
+  t.data_bytes = 16;
+  OpSpec op;
+  op.op_type = "Relu";
+  op.op_name = "n";
+  op.tensors = std::span<const TensorSpec>(&t, 1);
+  Encoded e = encode(op);
+  // data_offset of tensor 0 sits at body offset 32 (OpHeader) + 8 (names) + 16.
+  uint64_t huge = ~0ull - 4;
+  std::memcpy(e.body.data() + 32 + 8 + 16, &huge, sizeof huge);
+  DecodedOp d;
+  auto s = decodeOp(e.body.data(), e.body.size(), d);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("runs past the record"), std::string::npos);
+}
+
+TEST(OpCodec, RandomBytesNeverCrashTheDecoder) {
+  std::mt19937_64 rng(1234);
+  std::vector<std::byte> buf(4096);
+  DecodedOp d;
+  for (int i = 0; i < 20000; ++i) {
+    const size_t n = rng() % buf.size();
+    for (size_t k = 0; k < n; ++k) buf[k] = static_cast<std::byte>(rng());
+    if (n >= 32 && (i % 2) == 0) {
+      // Make the header plausible so the fuzzing reaches the tensor descriptors.
+      uint32_t count = 1 + rng() % 3;
+      std::memcpy(buf.data() + 16, &count, 4);
+      uint16_t small = rng() % 16;
+      std::memcpy(buf.data() + 20, &small, 2);
+      std::memcpy(buf.data() + 22, &small, 2);
+    }
+    (void)decodeOp(buf.data(), n, d);
+  }
+  SUCCEED();
+}
+
+}  // namespace
+}  // namespace dumpd::ipc

@@ -1,0 +1,227 @@
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ipc/shm_ring.h"
+
+namespace dumpd::ipc {
+namespace {
+
+UniqueFd dupFd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
+struct Pair {
+  RingProducer producer;
+  RingConsumer consumer;
+  Doorbell data;
+  Doorbell space;
+};
+
+Pair makePair(uint64_t capacity) {
+  auto p = RingProducer::create(capacity);
+  EXPECT_TRUE(p.has_value());
+  auto c = RingConsumer::attach(dupFd(p->memfd()), p->mappedBytes(), 1ull << 30);
+  EXPECT_TRUE(c.has_value()) << (c ? "" : c.error().message);
+  return Pair{std::move(p.value()), std::move(c.value()), std::move(Doorbell::create().value()),
+              std::move(Doorbell::create().value())};
+}
+
+TEST(RingFormat, LayoutIsPinned) {
+  // Any change here is a wire-protocol change: bump kRingVersion.
+  EXPECT_EQ(sizeof(RecordHeader), 32u);
+  EXPECT_EQ(sizeof(OpHeader), 32u);
+  EXPECT_EQ(sizeof(TensorDesc), 32u);
+  EXPECT_EQ(offsetof(RingControl, capacity), 16u);
+  EXPECT_EQ(offsetof(RingControl, head), 64u);
+  EXPECT_EQ(offsetof(RingControl, tail), 128u);
+  EXPECT_EQ(offsetof(RingControl, consumer_waiting), 192u);
+  EXPECT_EQ(offsetof(RingControl, producer_waiting), 256u);
+  EXPECT_EQ(offsetof(RingControl, dropped_records), 320u);
+  EXPECT_EQ(offsetof(RingControl, dropped_tensors), 328u);
+  EXPECT_EQ(offsetof(RecordHeader, length), 16u);
+  EXPECT_EQ(offsetof(RecordHeader, sequence), 24u);
+  EXPECT_EQ(offsetof(TensorDesc, data_offset), 16u);
+  EXPECT_EQ(kRingControlBytes, 4096u);
+  EXPECT_EQ(recordLength(0), 64u);
+  EXPECT_EQ(recordLength(32), 64u);
+  EXPECT_EQ(recordLength(33), 128u);
+}
+
+TEST(Ring, RecordsArriveWholeAndInOrder) {
+  Pair r = makePair(kMinRingBytes);
+  for (int i = 0; i < 3; ++i) {
+    std::byte* body = r.producer.tryReserve(RecordKind::kOp, 100);
+    ASSERT_NE(body, nullptr);
+    std::memset(body, 'a' + i, 100);
+    EXPECT_EQ(r.producer.commit(r.data), static_cast<uint64_t>(i + 1));
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto rec = r.consumer.next();
+    ASSERT_TRUE(rec.has_value());
+    ASSERT_TRUE(rec->has_value());
+    EXPECT_EQ((*rec)->kind, RecordKind::kOp);
+    EXPECT_EQ((*rec)->sequence, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ((*rec)->body_bytes, 100u);
+    EXPECT_EQ(static_cast<char>((*rec)->body[99]), 'a' + i);
+    r.consumer.release((*rec)->end, r.space);
+  }
+  auto none = r.consumer.next();
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->has_value());
+}
+
+TEST(Ring, UncommittedReservationIsInvisible) {
+  Pair r = makePair(kMinRingBytes);
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, 10), nullptr);
+  auto rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_FALSE(rec->has_value());
+}
+
+TEST(Ring, FullRingRefusesUntilReleased) {
+  Pair r = makePair(kMinRingBytes);
+  const uint64_t body = kMinRingBytes / 4 - sizeof(RecordHeader);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, body), nullptr);
+    r.producer.commit(r.data);
+  }
+  EXPECT_EQ(r.producer.tryReserve(RecordKind::kOp, 1), nullptr);
+  auto rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value() && rec->has_value());
+  EXPECT_EQ(r.producer.tryReserve(RecordKind::kOp, 1), nullptr) << "read but not released";
+  r.consumer.release((*rec)->end, r.space);
+  EXPECT_NE(r.producer.tryReserve(RecordKind::kOp, body), nullptr);
+}
+
+TEST(Ring, WrapsWithPadRecord) {
+  Pair r = makePair(kMinRingBytes);
+  const uint64_t big = kMinRingBytes / 2 - sizeof(RecordHeader);  // half the ring
+  // Fill 3/4 and drain, so the next half-ring record cannot fit before the end.
+  for (uint64_t body : {big, kMinRingBytes / 4 - sizeof(RecordHeader)}) {
+    ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, body), nullptr);
+    r.producer.commit(r.data);
+    auto rec = r.consumer.next();
+    ASSERT_TRUE(rec.has_value() && rec->has_value());
+    r.consumer.release((*rec)->end, r.space);
+  }
+  std::byte* body = r.producer.tryReserve(RecordKind::kOp, big);
+  ASSERT_NE(body, nullptr);
+  std::memset(body, 0x5a, big);
+  r.producer.commit(r.data);
+  auto pad = r.consumer.next();
+  ASSERT_TRUE(pad.has_value() && pad->has_value());
+  EXPECT_EQ((*pad)->kind, RecordKind::kPad);
+  auto rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value() && rec->has_value());
+  EXPECT_EQ((*rec)->kind, RecordKind::kOp);
+  EXPECT_EQ((*rec)->sequence, 3u);
+  EXPECT_EQ(static_cast<unsigned char>((*rec)->body[big - 1]), 0x5a);
+}
+
+TEST(Ring, TooLargeRecordNeverFits) {
+  Pair r = makePair(kMinRingBytes);
+  EXPECT_FALSE(r.producer.fits(kMinRingBytes));
+  EXPECT_FALSE(r.producer.waitForSpace(kMinRingBytes, r.space, 10));
+}
+
+TEST(Ring, CorruptHeaderIsAnErrorNotACrash) {
+  Pair r = makePair(kMinRingBytes);
+  std::byte* body = r.producer.tryReserve(RecordKind::kOp, 16);
+  ASSERT_NE(body, nullptr);
+  r.producer.commit(r.data);
+  // Scribble over the committed header, as a hostile client could.
+  RecordHeader* h = reinterpret_cast<RecordHeader*>(body - sizeof(RecordHeader));
+  h->length = 1ull << 40;
+  auto rec = r.consumer.next();
+  ASSERT_FALSE(rec.has_value());
+  EXPECT_NE(rec.error().message.find("bad length"), std::string::npos);
+}
+
+TEST(Ring, HeadBeyondCapacityIsAnError) {
+  Pair r = makePair(kMinRingBytes);
+  r.producer.control()->head.store(kMinRingBytes * 3);
+  auto rec = r.consumer.next();
+  ASSERT_FALSE(rec.has_value());
+  EXPECT_NE(rec.error().message.find("outside the valid window"), std::string::npos);
+}
+
+TEST(Ring, SequenceGapIsAnError) {
+  Pair r = makePair(kMinRingBytes);
+  std::byte* body = r.producer.tryReserve(RecordKind::kOp, 16);
+  r.producer.commit(r.data);
+  reinterpret_cast<RecordHeader*>(body - sizeof(RecordHeader))->sequence = 7;
+  auto rec = r.consumer.next();
+  ASSERT_FALSE(rec.has_value());
+  EXPECT_NE(rec.error().message.find("sequence 7"), std::string::npos);
+}
+
+TEST(RingAttach, RejectsUnsealedMemfd) {
+  UniqueFd fd(::memfd_create("x", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_EQ(::ftruncate(fd.get(), kRingControlBytes + kMinRingBytes), 0);
+  auto c = RingConsumer::attach(std::move(fd), kRingControlBytes + kMinRingBytes, 1ull << 30);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("not sealed"), std::string::npos);
+}
+
+TEST(RingAttach, RejectsRingThatLiesAboutItsSize) {
+  auto p = RingProducer::create(kMinRingBytes);
+  ASSERT_TRUE(p.has_value());
+  auto c = RingConsumer::attach(dupFd(p->memfd()), p->mappedBytes() * 4, 1ull << 30);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("memfd holds"), std::string::npos);
+}
+
+TEST(RingAttach, RejectsNonMemfd) {
+  UniqueFd fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  auto c = RingConsumer::attach(std::move(fd), kRingControlBytes + kMinRingBytes, 1ull << 30);
+  ASSERT_FALSE(c.has_value());
+}
+
+TEST(RingAttach, RejectsRingAboveLimit) {
+  auto p = RingProducer::create(1 << 20);
+  ASSERT_TRUE(p.has_value());
+  auto c = RingConsumer::attach(dupFd(p->memfd()), p->mappedBytes(), 256 * 1024);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().code, ErrorCode::kResourceExhausted);
+}
+
+TEST(Ring, ProducerAndConsumerThreadsStreamEveryRecord) {
+  Pair r = makePair(256 * 1024);
+  constexpr int kRecords = 20000;
+  std::thread producer([&] {
+    for (int i = 0; i < kRecords; ++i) {
+      const uint64_t body = 8 + static_cast<uint64_t>(i % 7) * 1000;
+      std::byte* p;
+      while ((p = r.producer.tryReserve(RecordKind::kOp, body)) == nullptr) {
+        ASSERT_TRUE(r.producer.waitForSpace(body, r.space, 5000));
+      }
+      std::memcpy(p, &i, sizeof i);
+      r.producer.commit(r.data);
+    }
+  });
+  int expect = 0;
+  while (expect < kRecords) {
+    auto rec = r.consumer.next();
+    ASSERT_TRUE(rec.has_value()) << rec.error().message;
+    if (!rec->has_value()) {
+      r.consumer.waitForData(r.data, 1000, -1);
+      continue;
+    }
+    if ((*rec)->kind == RecordKind::kOp) {
+      int v;
+      std::memcpy(&v, (*rec)->body, sizeof v);
+      ASSERT_EQ(v, expect);
+      ++expect;
+    }
+    r.consumer.release((*rec)->end, r.space);
+  }
+  producer.join();
+}
+
+}  // namespace
+}  // namespace dumpd::ipc
