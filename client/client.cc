@@ -114,7 +114,7 @@ struct Client::Impl {
     step_selected = filter->deviceSelected(device) && filter->iterationSelected(iteration);
   }
 
-  Status dead() const {
+  Error dead() const {
     return makeError(ErrorCode::kUnavailable, closed ? "client is closed" : fatal);
   }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "daemon/server.h"
+#include "ipc/socket_io.h"
 #include "storage/file_system.h"
 
 namespace dumpd::daemon {
