@@ -61,10 +61,14 @@ Status makeDirs(const std::string& path) {
 
 ErrorCode codeFromWire(v1::Error::Code c) {
   switch (c) {
-    case v1::Error::INVALID_CONFIG: return ErrorCode::kInvalidConfig;
-    case v1::Error::RESOURCE_EXHAUSTED: return ErrorCode::kResourceExhausted;
-    case v1::Error::IO: return ErrorCode::kIo;
-    default: return ErrorCode::kUnavailable;
+    case v1::Error::INVALID_CONFIG:
+      return ErrorCode::kInvalidConfig;
+    case v1::Error::RESOURCE_EXHAUSTED:
+      return ErrorCode::kResourceExhausted;
+    case v1::Error::IO:
+      return ErrorCode::kIo;
+    default:
+      return ErrorCode::kUnavailable;
   }
 }
 
@@ -151,11 +155,9 @@ struct Client::Impl {
       pollDaemon();
       if (!fatal.empty()) return dead();
       if (block_timeout_ms > 0 &&
-          std::chrono::steady_clock::now() - start >
-              std::chrono::milliseconds(block_timeout_ms)) {
-        return makeError(ErrorCode::kTimeout,
-                         "ring full for " + std::to_string(block_timeout_ms) +
-                             " ms (block policy); dumpd is not keeping up");
+          std::chrono::steady_clock::now() - start > std::chrono::milliseconds(block_timeout_ms)) {
+        return makeError(ErrorCode::kTimeout, "ring full for " + std::to_string(block_timeout_ms) +
+                                                  " ms (block policy); dumpd is not keeping up");
       }
     }
   }
@@ -225,8 +227,8 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   impl->iteration = impl->plan.initial_iteration;
   impl->updateStepSelected();
 
-  auto ring = ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes
-                                                           : kDefaultRingBytes);
+  auto ring =
+      ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes : kDefaultRingBytes);
   if (!ring) return ring.error();
   impl->ring.emplace(std::move(ring.value()));
   auto data_bell = ipc::Doorbell::create();
@@ -266,8 +268,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
                                 ? v1::BACKPRESSURE_DROP
                                 : v1::BACKPRESSURE_BLOCK);
   }
-  const int fds[4] = {impl->ring->memfd(), impl->data_bell.fd(), impl->space_bell.fd(),
-                      root.get()};
+  const int fds[4] = {impl->ring->memfd(), impl->data_bell.fd(), impl->space_bell.fd(), root.get()};
   if (Status s = ipc::sendFrame(impl->sock.get(), hello_env, fds); !s) return s.error();
   auto reply = ipc::recvFrame(impl->sock.get(), impl->decoder, options.connect_timeout_ms);
   if (!reply) return reply.error();

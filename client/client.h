@@ -27,10 +27,10 @@ namespace dumpd::client {
 struct Options {
   std::string socket_path;  // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
   std::string config_path;  // "" -> $MINDSPORE_DUMP_CONFIG (unless config_text is set)
-  std::optional<std::string> config_text;  // the job config itself, instead of a path
-  std::optional<uint32_t> rank;            // default $RANK_ID, else 0
-  std::optional<uint32_t> device;          // default $DEVICE_ID, else 0
-  uint64_t ring_bytes = 0;                 // 0 -> 64 MiB
+  std::optional<std::string> config_text;            // the job config itself, instead of a path
+  std::optional<uint32_t> rank;                      // default $RANK_ID, else 0
+  std::optional<uint32_t> device;                    // default $DEVICE_ID, else 0
+  uint64_t ring_bytes = 0;                           // 0 -> 64 MiB
   std::optional<config::Backpressure> backpressure;  // default: the daemon's setting
   std::string producer_name = "dumpd-cpp";
   std::string producer_version;  // written as ms_version in .dump_metadata/config.json
@@ -71,13 +71,13 @@ struct Counts {
 };
 
 struct Stats {
-  uint64_t records_committed = 0;   // records in the ring
+  uint64_t records_committed = 0;  // records in the ring
   uint64_t tensors_committed = 0;
-  uint64_t bytes_committed = 0;     // payload bytes copied into the ring
-  uint64_t tensors_filtered = 0;    // skipped by the pushed-down filter (no copy)
-  uint64_t tensors_dropped = 0;     // drop policy: ring full
+  uint64_t bytes_committed = 0;   // payload bytes copied into the ring
+  uint64_t tensors_filtered = 0;  // skipped by the pushed-down filter (no copy)
+  uint64_t tensors_dropped = 0;   // drop policy: ring full
   uint64_t records_dropped = 0;
-  uint64_t blocked_waits = 0;       // times the block policy waited for space
+  uint64_t blocked_waits = 0;  // times the block policy waited for space
   uint64_t ring_capacity = 0;
   uint64_t ring_used = 0;
   uint32_t iteration = 0;

@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "config/daemon_settings.h"
 #include "client/status_command.h"
+#include "config/daemon_settings.h"
 #include "config/validate_command.h"
 
 namespace {
@@ -75,8 +75,7 @@ int main(int argc, char** argv) {
   }
   if (i == args.size()) return usageError("no command given");
   std::string_view command = args[i];
-  std::vector<std::string_view> rest(args.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                     args.end());
+  std::vector<std::string_view> rest(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
 
   if (command == "validate") {
     if (rest.size() == 1 && (rest[0] == "-h" || rest[0] == "--help")) {

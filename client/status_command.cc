@@ -85,8 +85,8 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["producer"] = s.producer();
     o["stop_reason"] = s.stop_reason();
     o["uptime_s"] = s.uptime_s();
-    o["unused_kernels"] = std::vector<std::string>(s.unused_kernels().begin(),
-                                                   s.unused_kernels().end());
+    o["unused_kernels"] =
+        std::vector<std::string>(s.unused_kernels().begin(), s.unused_kernels().end());
     sessions.push_back(o);
   }
   j["sessions"] = sessions;
@@ -118,8 +118,8 @@ std::string statusToTable(const v1::StatusReply& r) {
     out << "no active sessions\n";
   } else {
     std::snprintf(line, sizeof line, "%-4s %-8s %-4s %-4s %-16s %-10s %10s %10s %8s %6s %-9s\n",
-                  "ID", "PID", "RANK", "DEV", "NET", "STEP", "WRITTEN", "BYTES", "DROPPED",
-                  "RING", "STATE");
+                  "ID", "PID", "RANK", "DEV", "NET", "STEP", "WRITTEN", "BYTES", "DROPPED", "RING",
+                  "STATE");
     out << line;
     for (const v1::SessionStatus& s : r.sessions()) {
       const double ring = s.ring_capacity_bytes() == 0

@@ -24,27 +24,27 @@ Result<Compression> parseCompression(std::string_view s);
 bool isValidLogLevel(std::string_view s);
 
 // Validation bounds (see docs/configuration.md).
-constexpr uint64_t kMinRingBytes = 64 << 10;        // a ring must hold a few records
+constexpr uint64_t kMinRingBytes = 64 << 10;  // a ring must hold a few records
 constexpr uint64_t kMinWriteQueueBytes = 64 << 10;
 constexpr uint32_t kMaxWriterThreads = 64;
-constexpr size_t kMaxSocketPathBytes = 107;         // sockaddr_un::sun_path less its NUL
+constexpr size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path less its NUL
 
 struct DaemonSettings {
-  std::string socket_path;            // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
-  uint32_t socket_mode = 0660;        // octal in the file as a string "0660" or an integer
-  std::string socket_group;           // "" -> keep the daemon's group
+  std::string socket_path;      // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
+  uint32_t socket_mode = 0660;  // octal in the file as a string "0660" or an integer
+  std::string socket_group;     // "" -> keep the daemon's group
   uint32_t max_sessions = 64;
-  uint64_t max_ring_bytes = 1ull << 30;      // per session
-  uint64_t default_ring_bytes = 64ull << 20; // when the client does not ask
+  uint64_t max_ring_bytes = 1ull << 30;       // per session
+  uint64_t default_ring_bytes = 64ull << 20;  // when the client does not ask
   uint32_t writer_threads = 2;
   uint64_t write_queue_bytes = 256ull << 20;
   Backpressure backpressure = Backpressure::kBlock;
-  uint32_t block_timeout_ms = 0;      // 0 = wait forever
+  uint32_t block_timeout_ms = 0;  // 0 = wait forever
   Durability durability = Durability::kNone;
-  uint64_t job_quota_bytes = 0;       // 0 = unlimited
+  uint64_t job_quota_bytes = 0;  // 0 = unlimited
   uint64_t min_free_bytes = 1ull << 30;
   Compression compression = Compression::kNone;
-  std::string log_level = "info";     // trace debug info warn error critical off
+  std::string log_level = "info";  // trace debug info warn error critical off
 };
 
 // Parses the settings JSON. Unknown keys are errors (a typo in a daemon setting should not

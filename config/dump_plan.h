@@ -55,7 +55,7 @@ struct DumpPlan {
   IoSelect input_output = IoSelect::kBoth;  // after forcing (op_debug_mode 3 -> kBoth)
   std::vector<std::string> kernels;         // as written in the file (before normalisation)
   std::vector<uint32_t> support_device;
-  uint32_t op_debug_mode = 0;  // 0, 3 or 4 (1 and 2 become 3)
+  uint32_t op_debug_mode = 0;    // 0, 3 or 4 (1 and 2 become 3)
   uint32_t overflow_number = 0;  // 0 = no limit
   SavedData saved_data = SavedData::kTensor;
   std::vector<StatCategory> statistic_category;  // normalised, de-duplicated, config order

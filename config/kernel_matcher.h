@@ -20,10 +20,13 @@ class KernelMatcher {
   // Normalises each entry (strips '"' and spaces, skips empties) and classifies it:
   // "name-regex(RE)" -> ECMAScript regex over the whole full name; an entry containing '/'
   // or "-op" -> full-name equality; anything else -> lower-cased substring of the op type
-  // (last path component cut at its last '-'). An invalid regex is an error naming it.
+  // (last path component cut at its last '-'). An invalid regex is an error naming it, as is
+  // one longer than 1024 bytes or nesting groups deeper than 16 (std::regex recurses; these
+  // bounds keep a match inside a small thread stack). Duplicate entries count once.
   static Result<KernelMatcher> create(const std::vector<std::string>& kernels);
 
   // True if the op's full scope name matches any entry (or the list is effectively empty).
+  // Marks every entry that matches. Regex entries never match names over 1024 bytes.
   bool matches(std::string_view full_name);
 
   bool matchesEverything() const { return entries_.empty(); }
@@ -39,8 +42,8 @@ class KernelMatcher {
   enum class Kind : uint8_t { kRegex, kFullName, kOpType };
   struct Entry {
     Kind kind;
-    std::string text;   // normalised entry as written (for reports)
-    std::string key;    // full name, lower-cased op type, or regex source
+    std::string text;  // normalised entry as written (for reports)
+    std::string key;   // full name, lower-cased op type, or regex source
     std::regex regex;
     bool used = false;
   };

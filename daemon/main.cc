@@ -21,7 +21,8 @@ constexpr const char* kUsage =
     "Node-local daemon that writes MindSpore-format tensor dumps for training processes.\n"
     "Serves until SIGTERM/SIGINT (drains every session, then exits 0). SIGHUP re-reads --config.\n"
     "\n"
-    "  --config FILE       daemon settings (JSON, see config/dumpd.json and docs/configuration.md)\n"
+    "  --config FILE       daemon settings (JSON, see config/dumpd.json and "
+    "docs/configuration.md)\n"
     "  --socket PATH       listening socket (default: $DUMPD_SOCKET, else /run/dumpd/dumpd.sock)\n"
     "  --log-level LEVEL   trace, debug, info, warn, error, critical or off (default info)\n"
     "  --help, --version\n";

@@ -1,6 +1,7 @@
 #include "daemon/server.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,8 +71,20 @@ Status Server::listen(int inherited_fd) {
   if (::chmod(socket_path_.c_str(), settings_.socket_mode) != 0) {
     return makeError(ErrorCode::kIo, "cannot chmod " + socket_path_ + ": " + strerror(errno));
   }
+  if (!settings_.socket_group.empty()) {
+    const group* g = ::getgrnam(settings_.socket_group.c_str());
+    if (g == nullptr) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "socket_group '" + settings_.socket_group + "' does not exist");
+    }
+    if (::chown(socket_path_.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      return makeError(ErrorCode::kPermission, "cannot give " + socket_path_ + " to group " +
+                                                   settings_.socket_group + ": " + strerror(errno));
+    }
+  }
   acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return makeError(ErrorCode::kIo, "cannot listen on " + socket_path_ + ": " + ec.message());
+  if (ec)
+    return makeError(ErrorCode::kIo, "cannot listen on " + socket_path_ + ": " + ec.message());
   spdlog::info("listening on {}", socket_path_);
   return {};
 }
@@ -79,23 +92,23 @@ Status Server::listen(int inherited_fd) {
 void Server::start() { doAccept(); }
 
 void Server::doAccept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec,
-                                asio::local::stream_protocol::socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || stopping_) return;
-      spdlog::warn("accept failed: {}", ec.message());
-      // EMFILE and friends: back off briefly instead of spinning.
-      auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-      timer->async_wait([this, timer](const boost::system::error_code&) { doAccept(); });
-      return;
-    }
-    if (stopping_) return;
-    const uint64_t id = next_id_++;
-    auto session = std::make_shared<Session>(*this, std::move(socket), id);
-    sessions_[id] = session;
-    session->start();
-    doAccept();
-  });
+  acceptor_.async_accept(
+      [this](const boost::system::error_code& ec, asio::local::stream_protocol::socket socket) {
+        if (ec) {
+          if (ec == asio::error::operation_aborted || stopping_) return;
+          spdlog::warn("accept failed: {}", ec.message());
+          // EMFILE and friends: back off briefly instead of spinning.
+          auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+          timer->async_wait([this, timer](const boost::system::error_code&) { doAccept(); });
+          return;
+        }
+        if (stopping_) return;
+        const uint64_t id = next_id_++;
+        auto session = std::make_shared<Session>(*this, std::move(socket), id);
+        sessions_[id] = session;
+        session->start();
+        doAccept();
+      });
 }
 
 uint32_t Server::activeDumpSessions() const {
@@ -167,7 +180,8 @@ v1::StatusReply Server::status() const {
   v1::StatusReply r;
   r.set_version(kVersion);
   r.set_pid(::getpid());
-  r.set_uptime_s(std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  r.set_uptime_s(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
   r.set_socket(socket_path_);
   r.set_sessions_total(sessions_total_);
   *r.mutable_totals() = closed_totals_;

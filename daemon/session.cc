@@ -20,13 +20,18 @@ constexpr int kConsumerWaitMs = 200;
 
 v1::Error::Code wireCode(ErrorCode c) {
   switch (c) {
-    case ErrorCode::kInvalidConfig: return v1::Error::INVALID_CONFIG;
-    case ErrorCode::kResourceExhausted: return v1::Error::RESOURCE_EXHAUSTED;
-    case ErrorCode::kProtocol: return v1::Error::PROTOCOL;
+    case ErrorCode::kInvalidConfig:
+      return v1::Error::INVALID_CONFIG;
+    case ErrorCode::kResourceExhausted:
+      return v1::Error::RESOURCE_EXHAUSTED;
+    case ErrorCode::kProtocol:
+      return v1::Error::PROTOCOL;
     case ErrorCode::kIo:
     case ErrorCode::kNoSpace:
-    case ErrorCode::kPermission: return v1::Error::IO;
-    default: return v1::Error::INTERNAL;
+    case ErrorCode::kPermission:
+      return v1::Error::IO;
+    default:
+      return v1::Error::INTERNAL;
   }
 }
 
@@ -42,7 +47,9 @@ std::optional<uint64_t> elementCount(std::span<const int64_t> shape) {
 }  // namespace
 
 Session::Session(Server& server, Socket socket, uint64_t id)
-    : server_(server), socket_(std::move(socket)), id_(id),
+    : server_(server),
+      socket_(std::move(socket)),
+      id_(id),
       started_(std::chrono::steady_clock::now()) {}
 
 Session::~Session() {
@@ -125,16 +132,17 @@ void Session::onFrame(v1::Envelope& env) {
 
 void Session::handleHello(const v1::Hello& h) {
   if (h.protocol_major() != ipc::kProtocolMajor) {
-    sendErrorAndClose(v1::Error::UNSUPPORTED_VERSION,
-                      "protocol version " + std::to_string(h.protocol_major()) +
-                          " is not supported; this dumpd speaks " +
-                          std::to_string(ipc::kProtocolMajor));
+    sendErrorAndClose(v1::Error::UNSUPPORTED_VERSION, "protocol version " +
+                                                          std::to_string(h.protocol_major()) +
+                                                          " is not supported; this dumpd speaks " +
+                                                          std::to_string(ipc::kProtocolMajor));
     return;
   }
   if (fds_.size() != 4) {
     sendErrorAndClose(v1::Error::PROTOCOL,
                       "Hello needs 4 file descriptors (ring, data doorbell, space doorbell, "
-                      "dump root), got " + std::to_string(fds_.size()));
+                      "dump root), got " +
+                          std::to_string(fds_.size()));
     return;
   }
   if (server_.stopping()) {
@@ -260,8 +268,8 @@ void Session::handleHello(const v1::Hello& h) {
   l->set_max_dims(ipc::kMaxDims);
   send(reply);
   spdlog::info("session {}: pid {} uid {} rank {} device {} net {} path {} ring {} MiB ({})", id_,
-               pid_, uid_, rank_, device_, plan_.net_name, plan_.path,
-               ring_->capacity() >> 20, producer_);
+               pid_, uid_, rank_, device_, plan_.net_name, plan_.path, ring_->capacity() >> 20,
+               producer_);
   consumer_ = std::thread([this] { consume(); });
 }
 
@@ -474,9 +482,9 @@ bool Session::handleOp(const ipc::RingConsumer::Record& r) {
   uint64_t bytes = 0;
   for (const ipc::DecodedTensor& t : op.tensors) {
     if (!storage::dtypeValid(t.dtype)) {
-      failFromConsumer(v1::Error::CORRUPT_RING,
-                       "record " + std::to_string(r.sequence) + " has unknown dtype " +
-                           std::to_string(t.dtype));
+      failFromConsumer(
+          v1::Error::CORRUPT_RING,
+          "record " + std::to_string(r.sequence) + " has unknown dtype " + std::to_string(t.dtype));
       return false;
     }
     const auto dtype = static_cast<storage::DType>(t.dtype);
@@ -714,7 +722,8 @@ void Session::addTotals(v1::Counts* c) const {
                          counters_.tensors_dropped.load(std::memory_order_relaxed));
   c->set_tensors_failed(c->tensors_failed() +
                         counters_.tensors_failed.load(std::memory_order_relaxed));
-  c->set_bytes_written(c->bytes_written() + counters_.bytes_written.load(std::memory_order_relaxed));
+  c->set_bytes_written(c->bytes_written() +
+                       counters_.bytes_written.load(std::memory_order_relaxed));
   c->set_tensors_filtered(c->tensors_filtered() +
                           counters_.tensors_filtered.load(std::memory_order_relaxed));
 }

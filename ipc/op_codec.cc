@@ -37,13 +37,13 @@ Status checkOpSpec(const OpSpec& op) {
   }
   for (const TensorSpec& t : op.tensors) {
     if (t.shape.size() > kMaxDims) {
-      return makeError(ErrorCode::kInvalidArgument,
-                       "tensor has " + std::to_string(t.shape.size()) +
-                           " dimensions; the limit is " + std::to_string(kMaxDims));
+      return makeError(ErrorCode::kInvalidArgument, "tensor has " + std::to_string(t.shape.size()) +
+                                                        " dimensions; the limit is " +
+                                                        std::to_string(kMaxDims));
     }
     if (t.format.size() > kMaxFormatBytes) {
-      return makeError(ErrorCode::kInvalidArgument, "format string longer than " +
-                                                        std::to_string(kMaxFormatBytes));
+      return makeError(ErrorCode::kInvalidArgument,
+                       "format string longer than " + std::to_string(kMaxFormatBytes));
     }
     if (t.io > 1) return makeError(ErrorCode::kInvalidArgument, "io must be input or output");
   }

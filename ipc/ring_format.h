@@ -62,12 +62,12 @@ inline constexpr uint32_t kRecordMagic = 0x52445044;  // "DPDR"
 
 struct RecordHeader {
   uint32_t magic;
-  uint16_t kind;      // RecordKind
+  uint16_t kind;  // RecordKind
   uint16_t flags;
   uint32_t reserved;
   uint32_t body_bytes;  // meaningful bytes after this header (<= length - sizeof header)
-  uint64_t length;    // whole record incl. header and padding; multiple of kRecordAlign
-  uint64_t sequence;  // 1, 2, 3... per session (pad records carry 0)
+  uint64_t length;      // whole record incl. header and padding; multiple of kRecordAlign
+  uint64_t sequence;    // 1, 2, 3... per session (pad records carry 0)
 };
 static_assert(sizeof(RecordHeader) == 32);
 
@@ -90,8 +90,8 @@ inline constexpr uint32_t kOpMarked = 1;  // set_dump mark (dump_mode 2)
 // TensorDescs, each followed by ndim int64 dims and format_len bytes, padded to 8. Payloads
 // follow at data_offset (from the record start), each 64-byte aligned.
 struct TensorDesc {
-  uint8_t io;      // 0 input, 1 output
-  uint8_t dtype;   // storage::DType wire value
+  uint8_t io;     // 0 input, 1 output
+  uint8_t dtype;  // storage::DType wire value
   uint8_t ndim;
   uint8_t format_len;
   uint32_t slot;

@@ -45,9 +45,9 @@ RingProducer::RingProducer(UniqueFd fd, RingMapping map, uint64_t capacity)
 
 Result<RingProducer> RingProducer::create(uint64_t capacity_bytes) {
   if (capacity_bytes < kMinRingBytes) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "ring size " + std::to_string(capacity_bytes) + " is below the minimum " +
-                         std::to_string(kMinRingBytes));
+    return makeError(ErrorCode::kInvalidArgument, "ring size " + std::to_string(capacity_bytes) +
+                                                      " is below the minimum " +
+                                                      std::to_string(kMinRingBytes));
   }
   const uint64_t capacity = alignUp(capacity_bytes, kPage);
   const uint64_t total = kRingControlBytes + capacity;
@@ -129,8 +129,7 @@ uint64_t RingProducer::commit(const Doorbell& data_bell) {
   return sequence_;
 }
 
-bool RingProducer::waitForSpace(uint64_t body_bytes, const Doorbell& space_bell,
-                                int timeout_ms) {
+bool RingProducer::waitForSpace(uint64_t body_bytes, const Doorbell& space_bell, int timeout_ms) {
   if (recordLength(body_bytes) > capacity_) return false;
   while (!fits(body_bytes)) {
     // Dekker handshake with RingConsumer::release (seq_cst on both sides).
@@ -172,17 +171,17 @@ Result<RingConsumer> RingConsumer::attach(UniqueFd memfd, uint64_t claimed_bytes
                      "ring of " + std::to_string(claimed_bytes) + " bytes is too small");
   }
   if (claimed_bytes > max_ring_bytes + kRingControlBytes) {
-    return makeError(ErrorCode::kResourceExhausted,
-                     "ring of " + std::to_string(claimed_bytes) +
-                         " bytes exceeds the limit of " + std::to_string(max_ring_bytes));
+    return makeError(ErrorCode::kResourceExhausted, "ring of " + std::to_string(claimed_bytes) +
+                                                        " bytes exceeds the limit of " +
+                                                        std::to_string(max_ring_bytes));
   }
   if (static_cast<uint64_t>(st.st_size) < claimed_bytes) {
     return makeError(ErrorCode::kProtocol, "ring claims " + std::to_string(claimed_bytes) +
                                                " bytes but the memfd holds " +
                                                std::to_string(st.st_size));
   }
-  void* base = ::mmap(nullptr, claimed_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-                      fd, 0);
+  void* base =
+      ::mmap(nullptr, claimed_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (base == MAP_FAILED) return sysError("mmap ring");
   RingMapping map(base, claimed_bytes);
   RingControl ctl_copy;
@@ -214,8 +213,8 @@ Result<std::optional<RingConsumer::Record>> RingConsumer::next() {
   const uint64_t head = control()->head.load(std::memory_order_acquire);
   if (head == read_) return std::optional<Record>{};
   if (head < read_ || head - released_.load(std::memory_order_relaxed) > capacity_) {
-    return makeError(ErrorCode::kProtocol, "ring head " + std::to_string(head) +
-                                               " is outside the valid window");
+    return makeError(ErrorCode::kProtocol,
+                     "ring head " + std::to_string(head) + " is outside the valid window");
   }
   const uint64_t off = read_ % capacity_;
   RecordHeader h;

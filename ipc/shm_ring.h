@@ -98,8 +98,8 @@ class RingConsumer {
  public:
   struct Record {
     RecordKind kind;
-    uint64_t sequence;    // 0 for pad records
-    uint64_t end;         // position to release once this record is done
+    uint64_t sequence;  // 0 for pad records
+    uint64_t end;       // position to release once this record is done
     const std::byte* body;
     uint32_t body_bytes;
   };
@@ -142,7 +142,7 @@ class RingConsumer {
   RingMapping map_;
   uint64_t capacity_ = 0;
   const std::byte* data_ = nullptr;
-  uint64_t read_ = 0;      // read cursor: position of the next record
+  uint64_t read_ = 0;  // read cursor: position of the next record
   // Local copy of control()->tail. Atomic because release() may run on a writer thread
   // (serialised by the caller) while next() runs on the consumer thread.
   std::atomic<uint64_t> released_{0};

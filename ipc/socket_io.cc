@@ -24,11 +24,9 @@ Result<UniqueFd> connectUnix(const std::string& path) {
   if (!fd.valid()) return makeError(ErrorCode::kIo, std::string("socket: ") + strerror(errno));
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     const int e = errno;
-    return makeError(ErrorCode::kUnavailable, "cannot connect to dumpd at " + path + ": " +
-                                                  strerror(e) +
-                                                  (e == ENOENT || e == ECONNREFUSED
-                                                       ? " (is the daemon running?)"
-                                                       : ""));
+    return makeError(ErrorCode::kUnavailable,
+                     "cannot connect to dumpd at " + path + ": " + strerror(e) +
+                         (e == ENOENT || e == ECONNREFUSED ? " (is the daemon running?)" : ""));
   }
   return fd;
 }

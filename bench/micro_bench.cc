@@ -1,0 +1,152 @@
+// Google Benchmark micro-benchmarks of the hot paths: ring reserve/commit/consume, the kernel
+// filter per lookup, statistics per GB, npy writing to tmpfs.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config/dump_plan.h"
+#include "config/filter.h"
+#include "ipc/shm_ring.h"
+#include "storage/file_system.h"
+#include "storage/job_writer.h"
+#include "storage/statistics.h"
+
+namespace {
+
+using namespace dumpd;
+
+// Producer and consumer in one thread: reserve, fill, commit, then consume and release.
+void BM_RingRoundTrip(benchmark::State& state) {
+  const uint64_t body = static_cast<uint64_t>(state.range(0));
+  auto producer = ipc::RingProducer::create(64 << 20).value();
+  auto consumer = ipc::RingConsumer::attach(ipc::UniqueFd(::dup(producer.memfd())),
+                                            producer.mappedBytes(), 1ull << 30)
+                      .value();
+  auto data = ipc::Doorbell::create().value();
+  auto space = ipc::Doorbell::create().value();
+  std::vector<std::byte> src(body, std::byte{1});
+  for (auto _ : state) {
+    std::byte* p = producer.tryReserve(ipc::RecordKind::kOp, body);
+    std::memcpy(p, src.data(), body);
+    producer.commit(data);
+    auto r = consumer.next();
+    consumer.release((*r.value()).end, space);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+BENCHMARK(BM_RingRoundTrip)->Arg(256)->Arg(4096)->Arg(64 << 10)->Arg(1 << 20);
+
+config::DumpPlan kernelPlan() {
+  config::DumpPlan plan;
+  plan.dump_mode = config::DumpMode::kKernels;
+  plan.iterations = config::IterationSet::all();
+  plan.kernels = {"conv", "name-regex(Default/features.+)", "Default/fc-Linear/MatMul-op9"};
+  plan.support_device = {0};
+  return plan;
+}
+
+void BM_FilterCachedLookup(benchmark::State& state) {
+  auto filter = config::Filter::create(kernelPlan()).value();
+  std::vector<std::string> names;
+  for (int i = 0; i < 200; ++i) {
+    names.push_back("Default/network-Net/layer" + std::to_string(i % 20) + "-Block/Conv2D-op" +
+                    std::to_string(i));
+  }
+  for (const auto& n : names) filter.opSelected(n);  // warm the cache, as step 2 onwards
+  size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(filter.shouldDump(0, 5, names[i], config::Io::kOutput));
+    i = (i + 1) % names.size();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+}
+BENCHMARK(BM_FilterCachedLookup);
+
+void BM_Statistics(benchmark::State& state) {
+  const uint64_t n = 1 << 22;  // 16 MiB of float32
+  std::vector<float> v(n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  for (float& x : v) x = dist(rng);
+  storage::StatOptions opts;
+  opts.values = state.range(0) == 0;
+  opts.md5 = state.range(0) == 1;
+  opts.sha1 = state.range(0) == 2;
+  storage::TensorStats out;
+  for (auto _ : state) {
+    storage::computeStats(
+        storage::DType::kFloat32, n,
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), n * sizeof(float)),
+        opts, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * sizeof(float)));
+  state.SetLabel(state.range(0) == 0   ? "max,min,avg,l2norm,counts"
+                 : state.range(0) == 1 ? "md5"
+                                       : "sha1");
+}
+BENCHMARK(BM_Statistics)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+void BM_BF16Statistics(benchmark::State& state) {
+  const uint64_t n = 1 << 22;
+  std::vector<uint16_t> v(n, 0x3f80);
+  storage::StatOptions opts;
+  storage::TensorStats out;
+  for (auto _ : state) {
+    storage::computeStats(
+        storage::DType::kBFloat16, n,
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), n * 2), opts, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * 2));
+}
+BENCHMARK(BM_BF16Statistics)->Unit(benchmark::kMillisecond);
+
+// JobWriter::writeOp of one tensor to tmpfs: names, temp file, header + payload, rename.
+void BM_NpyWriteTmpfs(benchmark::State& state) {
+  const uint64_t bytes = static_cast<uint64_t>(state.range(0));
+  const std::string root = "/dev/shm/dumpd-bench-" + std::to_string(::getpid());
+  std::filesystem::create_directories(root);
+  {
+    config::DumpPlan plan;
+    plan.path = root;
+    plan.net_name = "Bench";
+    plan.iterations = config::IterationSet::all();
+    plan.support_device = {0};
+    auto fs = storage::openPosixFileSystem(root).value();
+    auto writer = storage::JobWriter::create(fs, plan, storage::JobOptions{}).value();
+    std::vector<float> data(bytes / sizeof(float), 1.0f);
+    const int64_t shape[] = {static_cast<int64_t>(data.size())};
+    storage::TensorView t;
+    t.shape = shape;
+    t.data = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()), bytes);
+    storage::OpRecord op;
+    op.op_type = "Conv2D";
+    uint64_t i = 0;
+    std::string name;
+    for (auto _ : state) {
+      name = "Default/net/Conv2D-op" + std::to_string(i++);
+      op.op_name = name;
+      t.timestamp_us = i;
+      op.tensors = std::span<const storage::TensorView>(&t, 1);
+      auto r = writer->writeOp(op);
+      if (!r) state.SkipWithError(r.error().message.c_str());
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+    state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  }
+  std::filesystem::remove_all(root);
+}
+BENCHMARK(BM_NpyWriteTmpfs)->Arg(4096)->Arg(1 << 20)->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

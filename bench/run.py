@@ -1,0 +1,189 @@
+"""Runs dumpd's benchmarks and prints ratios against references measured in the same run.
+
+Invoked by bench/run (which builds first). Each row pairs a dumpd figure with its reference:
+memcpy, a raw sequential write, a raw create+write+close loop, or an undumped training step.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Daemon:
+    """A dumpd whose anonymous RSS (rings excluded: they are shared memory) is sampled."""
+
+    def __init__(self, binary, workdir):
+        self.socket = str(Path(workdir) / "d.sock")
+        self.proc = subprocess.Popen([binary, "--socket", self.socket, "--log-level", "warn"],
+                                     stderr=open(Path(workdir) / "dumpd.log", "wb"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(self.socket)
+                break
+            except OSError:
+                time.sleep(0.02)
+            finally:
+                s.close()
+        self.peak_anon_kib = 0
+        self._stop = False
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self):
+        while not self._stop:
+            try:
+                for line in open(f"/proc/{self.proc.pid}/status"):
+                    if line.startswith("RssAnon:"):
+                        self.peak_anon_kib = max(self.peak_anon_kib, int(line.split()[1]))
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    def stop(self):
+        self._stop = True
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=300)
+
+
+def run_json_lines(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{out.stdout}\n{out.stderr}")
+    return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build-release")
+    ap.add_argument("--quick", action="store_true", help="shorter runs, noisier figures")
+    ap.add_argument("--disk-dir", default=str(ROOT / "bench" / "results" / "scratch"))
+    args = ap.parse_args()
+    build = ROOT / args.build
+    bins = build / "bin"
+    quick = ["--quick"] if args.quick else []
+    rows = []
+    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": {"cores": os.cpu_count(), "kernel": platform.release(),
+                           "cpu": next((l.split(":", 1)[1].strip()
+                                        for l in open("/proc/cpuinfo")
+                                        if l.startswith("model name")), "?")},
+               "rows": rows}
+
+    def row(name, value, reference, ratio, target, unit):
+        rows.append({"name": name, "dumpd": value, "reference": reference, "ratio": ratio,
+                     "target": target, "unit": unit})
+
+    # Micro-benchmarks (Google Benchmark), reported as absolute figures.
+    micro = subprocess.run([str(bins / "dumpd_micro_bench"), "--benchmark_format=json",
+                            "--benchmark_min_time=0.2" if args.quick else "--benchmark_min_time=0.5"],
+                           capture_output=True, text=True)
+    if micro.returncode == 0:
+        results["micro"] = [{k: b.get(k) for k in ("name", "real_time", "time_unit",
+                                                    "bytes_per_second", "items_per_second",
+                                                    "label")}
+                            for b in json.loads(micro.stdout)["benchmarks"]]
+
+    peaks = {}
+    for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)):
+        Path(base).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=base) as work:
+            d = Daemon(str(bins / "dumpd"), work)
+            try:
+                only = [] if label == "tmpfs" else ["--only", "sustained"]
+                lines = run_json_lines([str(bins / "dumpd_client_bench"), "--socket", d.socket,
+                                        "--dir", work, "--label", label, *only, *quick])
+                if label == "disk":
+                    lines += run_json_lines([str(bins / "dumpd_client_bench"), "--socket",
+                                             d.socket, "--dir", work, "--label", label,
+                                             "--only", "files", *quick])
+            finally:
+                d.stop()
+            peaks[label] = d.peak_anon_kib
+        for l in lines:
+            if l["bench"] == "critical_path":
+                s = l["size"]
+                size = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
+                row(f"1. dumpOp (C++) {size} tensors vs memcpy", l["dump_bytes_per_s"] / 1e9,
+                    l["memcpy_bytes_per_s"] / 1e9,
+                    l["dump_bytes_per_s"] / l["memcpy_bytes_per_s"],
+                    ">= 0.8 (>= 1 MiB)", "GB/s")
+            elif l["bench"] == "small_records":
+                row("2. 256-byte tensors through dumpOp", l["records_per_s"] / 1e6, 1.0,
+                    l["records_per_s"] / 1e6, ">= 1 (M records/s)", "M records/s")
+            elif l["bench"] == "sustained":
+                row(f"3. sustained client->files on {l['fs']} vs raw write",
+                    l["dumpd_bytes_per_s"] / 1e9, l["raw_bytes_per_s"] / 1e9,
+                    l["dumpd_bytes_per_s"] / l["raw_bytes_per_s"], ">= 0.9", "GB/s")
+            elif l["bench"] == "files":
+                row(f"4. 4 KiB files/s on {l['fs']} vs raw create+write+close",
+                    l["dumpd_files_per_s"], l["raw_files_per_s"],
+                    l["dumpd_files_per_s"] / l["raw_files_per_s"], ">= 0.8", "files/s")
+
+    # Python client and the PyTorch training overhead.
+    env = dict(os.environ, PYTHONPATH=str(build / "python"))
+    if (build / "python" / "dumpd" / "__init__.py").exists():
+        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
+            d = Daemon(str(bins / "dumpd"), work)
+            try:
+                lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "python_bench.py"),
+                                        "--socket", d.socket, "--dir", work, *quick], env=env)
+            finally:
+                d.stop()
+            peaks["training"] = d.peak_anon_kib
+        for l in lines:
+            if l["bench"] == "critical_path":
+                s = l["size"]
+                size = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
+                row(f"1. client.dump (Python) {size} vs numpy copy", l["dump_bytes_per_s"] / 1e9,
+                    l["memcpy_bytes_per_s"] / 1e9,
+                    l["dump_bytes_per_s"] / l["memcpy_bytes_per_s"], ">= 0.8 (>= 1 MiB)",
+                    "GB/s")
+            elif l["bench"] == "training":
+                base = l["step_s_none"]
+                row("5. AlexNet step with dumpd vs no dump", l["step_s_dumpd"], base,
+                    l["step_s_dumpd"] / base, "<= 1.10", "s/step")
+                row("5. AlexNet step with sync np.save vs no dump", l["step_s_npsave"], base,
+                    l["step_s_npsave"] / base, "(reference)", "s/step")
+                over_d = max(l["step_s_dumpd"] - base, 1e-9)
+                over_n = l["step_s_npsave"] - base
+                row("5. np.save overhead / dumpd overhead", over_n / over_d, 1.0, over_n / over_d,
+                    ">= 3", "x")
+                results["training"] = l
+    for label, kib in peaks.items():
+        row(f"6. daemon peak anonymous RSS ({label} runs)", kib / 1024, 64, kib / 1024 / 64,
+            "< 64 MiB", "MiB")
+
+    out = ROOT / "bench" / "results" / "latest.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    width = max(len(r["name"]) for r in rows) if rows else 10
+    print(f"\n{'benchmark':<{width}}  {'dumpd':>12}  {'reference':>12}  {'ratio':>7}  target")
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['dumpd']:>12.4g}  {r['reference']:>12.4g}  "
+              f"{r['ratio']:>7.3f}  {r['target']}  [{r['unit']}]")
+    if "micro" in results:
+        print("\nmicro-benchmarks:")
+        for b in results["micro"]:
+            bps = b.get("bytes_per_second")
+            ips = b.get("items_per_second")
+            extra = f"{bps / 1e9:8.2f} GB/s" if bps else (f"{ips / 1e6:8.2f} M/s" if ips else "")
+            print(f"  {b['name']:<40} {b['real_time']:>10.3f} {b['time_unit']}  {extra}  "
+                  f"{b.get('label') or ''}")
+    print(f"\nwritten {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""dumpd.torch: dump a PyTorch model's per-module inputs and outputs with dumpd.
+
+Every *leaf* module (one without children: Conv2d, ReLU, Linear, ...) is one "op". Each
+call of it is one op execution, dumped as one record whose tensors are the call's
+positional inputs and its outputs::
+
+    import dumpd, dumpd.torch
+
+    client = dumpd.Client("data_dump.json", socket="/run/dumpd/dumpd.sock")
+    handle = dumpd.torch.attach(model, client)          # hooks on every leaf module
+    for batch in dumpd.torch.steps(client, loader):     # marks iteration 0, 1, 2, ...
+        loss = loss_fn(model(batch.x), batch.y)
+        loss.backward()
+        optimizer.step()
+    handle.remove()
+    client.close()                                      # flushes, then ends the session
+
+Names follow MindSpore's full scope names: the path of module attribute names, each
+followed by its class, then ``<Class>-op<N>`` where N is the module's index in
+``model.named_modules()`` (stable for a given model)::
+
+    features.0 (Conv2d) in a model with `features = nn.Sequential(...)`
+        -> op type "Conv2d", name "Default/features-Sequential/0-Conv2d/Conv2d-op2"
+
+so job-config kernel filters such as ``"conv"`` (op type contains), a full name, or
+``"name-regex(Default/features.+)"`` select modules. ``handle.names`` maps each module path
+to its full name. With ``backward=True`` gradients are dumped too, as a backward op named
+``Gradients/<forward scope>/grad<Class>/<Class>Grad-op<N>`` whose inputs are the gradients
+arriving at the module's outputs and whose outputs are the gradients of its inputs.
+
+Cost: when the filter rejects an op (iteration, device, kernel or input_output), its
+tensors are not touched. CPU tensors are copied once, straight into shared memory
+(``tensor.detach().numpy()`` shares memory; bfloat16 goes as its raw bits). CUDA (and other
+device) tensors are first copied to host memory with ``tensor.cpu()``, which synchronises
+with the device; a direct device-to-ring path is planned. Non-tensor inputs and outputs
+are skipped (their slot numbers stay reserved); nested tuple/list/dict outputs are
+flattened in order, one slot per leaf. Sparse and quantized tensors, and dtypes numpy
+cannot represent (complex32, float8, ...), are skipped.
+
+In-place modules (``inplace=True``, e.g. ``nn.ReLU(inplace=True)``) overwrite their input:
+for them the inputs are dumped by a forward *pre*-hook (a separate record of the same op,
+before the module runs) so the dumped input is the real one. ``backward=True`` uses
+``register_full_backward_hook``, which PyTorch does not allow together with in-place
+modules that modify a hooked module's output; use ``inplace=False`` modules then.
+
+Only leaf modules are hooked: work a non-leaf module does in its own ``forward`` (outside
+its children) is not dumped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
+
+import torch
+
+import dumpd
+
+__all__ = ["attach", "AttachHandle", "op_names", "step", "steps", "StepScope"]
+
+_T = TypeVar("_T")
+
+# Tensor dtypes .numpy() represents exactly, as dumpd dtypes of the same name.
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
+
+
+def _to_item(value: Any) -> Any:
+    """One dump_op item for `value`: an array, an (array, dtype) pair, or None (skipped)."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    if value.is_quantized:
+        return None
+    t = value.detach()
+    if t.dtype not in _NUMPY_DTYPES and t.dtype != torch.bfloat16:
+        return None
+    if t.device.type != "cpu":
+        # Planned: copy device memory straight into the ring. Today: one host copy.
+        t = t.cpu()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if t.dtype == torch.bfloat16:
+        # Same element size, so this is a view (no copy) of the raw bfloat16 bits.
+        return (t.view(torch.int16).numpy(), "bfloat16")
+    # Shares memory; a non-contiguous view is made contiguous by the client (one copy).
+    return t.numpy()
+
+
+def _flatten(value: Any, out: List[Any]) -> None:
+    """Appends the dump items of `value` (tensor, or nested tuple/list/dict of them)."""
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            _flatten(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _flatten(v, out)
+    else:
+        out.append(_to_item(value))
+
+
+def _items(value: Any) -> List[Any]:
+    out: List[Any] = []
+    _flatten(value, out)
+    return out
+
+
+def op_names(model: torch.nn.Module, prefix: str = "Default") -> Dict[str, Tuple[str, str]]:
+    """Maps each leaf module's path in `model` ("features.0") to (op_type, full_name).
+
+    The full name is ``prefix/<attr>-<Class>/.../<Class>-op<N>``, N being the module's
+    index in ``model.named_modules()``. A model that is itself a leaf is
+    ``prefix/<Class>-op0``.
+    """
+    modules = dict(model.named_modules())
+    result: Dict[str, Tuple[str, str]] = {}
+    for index, (path, module) in enumerate(modules.items()):
+        if next(module.children(), None) is not None:
+            continue
+        scope = [prefix]
+        if path:
+            parts = path.split(".")
+            for i in range(len(parts)):
+                owner = modules[".".join(parts[: i + 1])]
+                scope.append(f"{parts[i]}-{type(owner).__name__}")
+        op_type = type(module).__name__
+        result[path] = (op_type, "/".join(scope + [f"{op_type}-op{index}"]))
+    return result
+
+
+def _gradient_name(full_name: str, op_type: str) -> str:
+    scope, _, last = full_name.rpartition("/")
+    number = last.rpartition("-op")[2]
+    return f"Gradients/{scope}/grad{op_type}/{op_type}Grad-op{number}"
+
+
+class _ForwardHook:
+    """Forward hook of one leaf module: one dump_op per call."""
+
+    __slots__ = ("client", "op_type", "name", "inputs", "outputs")
+
+    def __init__(self, client: dumpd.Client, op_type: str, name: str, inputs: bool,
+                 outputs: bool) -> None:
+        self.client = client
+        self.op_type = op_type
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def __call__(self, module: torch.nn.Module, args: Tuple[Any, ...], output: Any) -> None:
+        client = self.client
+        want_in = self.inputs and client.should_dump(self.name, "input")
+        want_out = self.outputs and client.should_dump(self.name, "output")
+        if want_in or want_out:
+            client.dump_op(self.op_type, self.name,
+                           inputs=_items(args) if want_in else (),
+                           outputs=_items(output) if want_out else ())
+
+
+class _InputPreHook:
+    """Forward pre-hook of an in-place module: dumps its inputs before they are overwritten."""
+
+    __slots__ = ("client", "op_type", "name")
+
+    def __init__(self, client: dumpd.Client, op_type: str, name: str) -> None:
+        self.client = client
+        self.op_type = op_type
+        self.name = name
+
+    def __call__(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> None:
+        if self.client.should_dump(self.name, "input"):
+            self.client.dump_op(self.op_type, self.name, inputs=_items(args))
+
+
+class _BackwardHook:
+    """Full backward hook: one backward-op record (grad_output in, grad_input out)."""
+
+    __slots__ = ("client", "op_type", "name", "inputs", "outputs")
+
+    def __init__(self, client: dumpd.Client, op_type: str, name: str, inputs: bool,
+                 outputs: bool) -> None:
+        self.client = client
+        self.op_type = op_type
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def __call__(self, module: torch.nn.Module, grad_input: Tuple[Any, ...],
+                 grad_output: Tuple[Any, ...]) -> None:
+        client = self.client
+        want_in = self.inputs and client.should_dump(self.name, "input")
+        want_out = self.outputs and client.should_dump(self.name, "output")
+        if want_in or want_out:
+            client.dump_op(self.op_type, self.name,
+                           inputs=_items(grad_output) if want_in else (),
+                           outputs=_items(grad_input) if want_out else ())
+
+
+class AttachHandle:
+    """What :func:`attach` returns: ``remove()`` takes every hook off the model.
+
+    ``names`` maps each hooked module's path ("features.0") to its full op name;
+    ``gradient_names`` likewise for the backward ops (empty unless backward=True).
+    Also a context manager: hooks are removed when the ``with`` block ends.
+    """
+
+    def __init__(self, hooks: List[Any], names: Dict[str, str],
+                 gradient_names: Dict[str, str]) -> None:
+        self._hooks = hooks
+        self.names = names
+        self.gradient_names = gradient_names
+
+    def remove(self) -> None:
+        """Removes all hooks (idempotent)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def __enter__(self) -> "AttachHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
+           outputs: bool = True, backward: bool = False,
+           prefix: str = "Default") -> AttachHandle:
+    """Hooks every leaf module of `model` so each call dumps its inputs and outputs.
+
+    inputs/outputs: which sides to dump at all (the job config's input_output and kernel
+    filters apply on top). backward: also dump gradients via full backward hooks.
+    prefix: the first component of every full name ("Default", as in MindSpore).
+    Returns an :class:`AttachHandle`; call ``.remove()`` to detach.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(client, dumpd.Client):
+        raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
+    modules = dict(model.named_modules())
+    hooks: List[Any] = []
+    names: Dict[str, str] = {}
+    gradient_names: Dict[str, str] = {}
+    try:
+        for path, (op_type, name) in op_names(model, prefix).items():
+            module = modules[path]
+            names[path] = name
+            in_place = bool(getattr(module, "inplace", False))
+            if inputs and in_place:
+                hooks.append(module.register_forward_pre_hook(
+                    _InputPreHook(client, op_type, name)))
+            if outputs or (inputs and not in_place):
+                hooks.append(module.register_forward_hook(
+                    _ForwardHook(client, op_type, name, inputs and not in_place, outputs)))
+            if backward:
+                grad_type = op_type + "Grad"
+                grad_name = _gradient_name(name, op_type)
+                gradient_names[path] = grad_name
+                hooks.append(module.register_full_backward_hook(
+                    _BackwardHook(client, grad_type, grad_name, inputs, outputs)))
+    except BaseException:
+        for h in hooks:
+            h.remove()
+        raise
+    return AttachHandle(hooks, names, gradient_names)
+
+
+class StepScope:
+    """Returned by :func:`step`. The iteration is already marked when it is created; used
+    in a ``with`` block it can also flush when the block ends (``flush=True``)."""
+
+    def __init__(self, client: dumpd.Client, iteration: int, flush: bool) -> None:
+        self.client = client
+        self.iteration = iteration
+        self._flush = flush
+
+    def __enter__(self) -> int:
+        return self.iteration
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if self._flush and exc_type is None:
+            self.client.flush()
+
+
+def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *,
+         flush: bool = False) -> StepScope:
+    """Marks iteration `iteration` (of graph `graph_id`) for `client`.
+
+    Works as a plain call (``dumpd.torch.step(client, i)``) or as a block::
+
+        with dumpd.torch.step(client, i, flush=True):
+            train_one_step()          # dumped under iteration i; flushed when the block ends
+    """
+    client.set_step(iteration, graph_id)
+    return StepScope(client, iteration, flush)
+
+
+def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph_id: int = 0,
+          flush: bool = False) -> Iterator[_T]:
+    """Yields the items of `iterable`, marking iteration start, start+1, ... before each.
+
+    ``for batch in dumpd.torch.steps(client, loader): ...`` dumps batch k's step as
+    iteration k (so ``for i in steps(client, range(n))`` has i == iteration). With
+    flush=True, each step is flushed before the next item is taken.
+    """
+    for iteration, item in enumerate(iterable, start):
+        client.set_step(iteration, graph_id)
+        yield item
+        if flush:
+            client.flush()
+

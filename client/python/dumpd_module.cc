@@ -1,0 +1,764 @@
+// dumpd._dumpd: the Python binding of dumpd::client::Client (the `dumpd` package re-exports it).
+//
+// Threading rule: the C++ Client is single-threaded, so every call takes the binding's mutex.
+// A thread never blocks on that mutex while holding the GIL (it releases the GIL first), and
+// the mutex holder never needs the GIL, so the two locks cannot deadlock. Tensor copies,
+// commits, backpressure waits and flushes all run with the GIL released.
+//
+// Zero-copy contract: a C-contiguous buffer is copied once, from the caller's memory straight
+// into the shared-memory ring. Only a non-contiguous array is first made contiguous (numpy).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "client/client.h"
+#include "config/daemon_settings.h"
+#include "config/filter.h"
+#include "config/result.h"
+#include "storage/dtype.h"
+
+#ifndef DUMPD_VERSION
+#define DUMPD_VERSION "0.0.0"
+#endif
+
+namespace py = pybind11;
+
+namespace dumpd::python {
+namespace {
+
+using storage::DType;
+
+// The package's exception types. Owned by the module object (module attributes); the raw
+// handles stay valid for the module's lifetime and are never decref'd at process exit.
+struct ExceptionTypes {
+  py::handle base;
+  py::handle config;
+  py::handle daemon;
+  py::handle timeout;
+};
+ExceptionTypes g_exc;
+
+[[noreturn]] void raise(py::handle type, const std::string& message) {
+  PyErr_SetString(type.ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
+// Maps a C++ error to the package's exceptions. REQUIRES: the GIL is held.
+[[noreturn]] void raiseError(const Error& e) {
+  switch (e.code) {
+    case ErrorCode::kInvalidConfig:
+      raise(g_exc.config, e.message);
+    case ErrorCode::kInvalidArgument:
+      throw py::value_error(e.message);
+    case ErrorCode::kTimeout:
+      raise(g_exc.timeout, e.message);
+    default:
+      raise(g_exc.daemon, e.message);
+  }
+}
+
+template <typename T>
+T unwrap(Result<T>&& r) {
+  if (!r) raiseError(r.error());
+  return std::move(r).value();
+}
+
+void unwrap(const Status& s) {
+  if (!s) raiseError(s.error());
+}
+void unwrap(Status&& s) { unwrap(static_cast<const Status&>(s)); }
+
+uint32_t toU32(int64_t v, const char* what) {
+  if (v < 0 || v > static_cast<int64_t>(std::numeric_limits<uint32_t>::max())) {
+    throw py::value_error(std::string(what) + " must be in [0, 2**32), got " + std::to_string(v));
+  }
+  return static_cast<uint32_t>(v);
+}
+
+config::Io parseIo(std::string_view io) {
+  if (io == "input") return config::Io::kInput;
+  if (io == "output") return config::Io::kOutput;
+  throw py::value_error("io must be \"input\" or \"output\", got \"" + std::string(io) + "\"");
+}
+
+std::string typeName(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__name__")); }
+
+// ---------------------------------------------------------------------------------------------
+// Buffers
+
+// A C-contiguous view of a Python object's memory. Holds the exporter (and the contiguous
+// copy, when one was needed) alive. REQUIRES: constructed and destroyed with the GIL held.
+class HeldBuffer {
+ public:
+  HeldBuffer() = default;
+  HeldBuffer(const HeldBuffer&) = delete;
+  HeldBuffer& operator=(const HeldBuffer&) = delete;
+  ~HeldBuffer() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+
+  // Raises TypeError for objects that are neither buffers nor array-likes, and for dtypes
+  // that cannot be exported as a buffer (object, datetime, ...).
+  void acquire(py::handle obj, const std::string& what) {
+    constexpr int kFlags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (PyObject_CheckBuffer(obj.ptr())) {
+      if (PyObject_GetBuffer(obj.ptr(), &view_, kFlags) == 0) {
+        held_ = true;
+        return;
+      }
+      PyErr_Clear();  // not C-contiguous (or not exportable as such): try numpy below
+    } else if (!py::hasattr(obj, "__array__") && !py::hasattr(obj, "__array_interface__")) {
+      throw py::type_error(what + " must be a numpy array or an object with the buffer " +
+                           "protocol, got " + typeName(obj));
+    }
+    py::object numpy = py::module_::import("numpy");
+    copy_ = numpy.attr("ascontiguousarray")(obj);
+    if (PyObject_GetBuffer(copy_.ptr(), &view_, kFlags) != 0) {
+      PyErr_Clear();
+      std::string dtype =
+          py::hasattr(copy_, "dtype") ? std::string(py::str(copy_.attr("dtype"))) : typeName(obj);
+      throw py::type_error(what + ": unsupported dtype " + dtype);
+    }
+    held_ = true;
+  }
+
+  const Py_buffer& view() const { return view_; }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+  py::object copy_;
+};
+
+// The element type of a buffer from its struct-module format ("f", "<i8", "Zd", "?").
+DType dtypeOfBuffer(const Py_buffer& v, const std::string& what) {
+  std::string_view fmt = v.format != nullptr ? v.format : "B";
+  bool big_endian = false;
+  while (!fmt.empty() && std::string_view("@=<>!").find(fmt.front()) != std::string_view::npos) {
+    big_endian = fmt.front() == '>' || fmt.front() == '!';
+    fmt.remove_prefix(1);
+  }
+  const ssize_t size = v.itemsize;
+  std::optional<DType> t;
+  auto byWidth = [size](DType s1, DType s2, DType s4, DType s8) -> std::optional<DType> {
+    switch (size) {
+      case 1:
+        return s1;
+      case 2:
+        return s2;
+      case 4:
+        return s4;
+      case 8:
+        return s8;
+      default:
+        return std::nullopt;
+    }
+  };
+  if (fmt == "?" && size == 1) {
+    t = DType::kBool;
+  } else if (fmt.size() == 1 && std::string_view("bhilqn").find(fmt[0]) != std::string_view::npos) {
+    t = byWidth(DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64);
+  } else if (fmt.size() == 1 && std::string_view("BHILQN").find(fmt[0]) != std::string_view::npos) {
+    t = byWidth(DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64);
+  } else if (fmt == "e" && size == 2) {
+    t = DType::kFloat16;
+  } else if (fmt == "f" && size == 4) {
+    t = DType::kFloat32;
+  } else if (fmt == "d" && size == 8) {
+    t = DType::kFloat64;
+  } else if (fmt == "Zf" && size == 8) {
+    t = DType::kComplex64;
+  } else if (fmt == "Zd" && size == 16) {
+    t = DType::kComplex128;
+  }
+  if (!t) {
+    throw py::type_error(what + ": unsupported element type (buffer format '" +
+                         std::string(v.format != nullptr ? v.format : "") + "', itemsize " +
+                         std::to_string(size) +
+                         "); supported: bool, int8-64, uint8-64, float16/32/64, complex64/128 " +
+                         "(bfloat16/int4/uint1 as raw data with dtype=)");
+  }
+  if (big_endian && size > 1) {
+    throw py::value_error(what + ": big-endian data is not supported; convert it first, e.g. " +
+                          "arr.astype(arr.dtype.newbyteorder('<'))");
+  }
+  return *t;
+}
+
+// One tensor ready for Client::dumpOp: its buffer, logical shape, and descriptor.
+struct PreparedTensor {
+  HeldBuffer buffer;
+  std::vector<int64_t> shape;
+  client::Tensor tensor;
+};
+
+// Fills `out` from a Python array and an optional dtype override (see dump()'s docstring).
+void prepareTensor(py::handle array, const std::optional<std::string>& dtype_override,
+                   config::Io io, uint32_t slot, std::string_view format, const std::string& what,
+                   PreparedTensor& out) {
+  if (array.is_none()) throw py::type_error(what + " is None");
+  out.buffer.acquire(array, what);
+  const Py_buffer& v = out.buffer.view();
+  const DType natural = dtypeOfBuffer(v, what);
+  out.shape.clear();
+  for (int i = 0; i < v.ndim; ++i) out.shape.push_back(static_cast<int64_t>(v.shape[i]));
+  DType dtype = natural;
+  if (dtype_override) {
+    const std::optional<DType> want = storage::dtypeFromName(*dtype_override);
+    if (!want) {
+      throw py::value_error(what + ": unknown dtype \"" + *dtype_override +
+                            "\" (raw overrides: \"bfloat16\", \"int4\", \"uint1\")");
+    }
+    const std::string have(storage::dtypeName(natural));
+    auto mismatch = [&](const char* needs) {
+      return py::value_error(what + ": dtype=\"" + *dtype_override + "\" needs " + needs +
+                             " data, got " + have);
+    };
+    switch (*want) {
+      case DType::kBFloat16:  // raw bfloat16 bit patterns
+        if (natural != DType::kUInt16 && natural != DType::kInt16) {
+          throw mismatch("uint16 or int16 (raw bfloat16 bits)");
+        }
+        break;
+      case DType::kInt4:  // packed pairs, low nibble first
+        if (natural != DType::kInt8 && natural != DType::kUInt8) {
+          throw mismatch("int8 or uint8 (packed int4 pairs)");
+        }
+        if (out.shape.empty()) {
+          throw py::value_error(what + ": dtype=\"int4\" needs at least one dimension " +
+                                "(the last one holds packed pairs)");
+        }
+        out.shape.back() *= 2;
+        break;
+      case DType::kUInt1:
+        if (natural != DType::kUInt8 && natural != DType::kBool) {
+          throw mismatch("uint8 (one 0/1 value per byte)");
+        }
+        break;
+      default:
+        if (*want != natural) {
+          throw py::value_error(what + ": dtype=\"" + *dtype_override + "\" does not match " +
+                                "the array's dtype " + have +
+                                " (only \"bfloat16\", \"int4\" and \"uint1\" reinterpret data)");
+        }
+    }
+    dtype = *want;
+  }
+  out.tensor.io = io;
+  out.tensor.slot = slot;
+  out.tensor.dtype = dtype;
+  out.tensor.shape = out.shape;
+  out.tensor.data = v.buf;
+  out.tensor.bytes = static_cast<uint64_t>(v.len);
+  out.tensor.format = format;
+}
+
+// A placeholder for a tensor the pushed-down filter rejected: never read, only counted.
+client::Tensor filteredTensor(config::Io io, uint32_t slot) {
+  client::Tensor t;
+  t.io = io;
+  t.slot = slot;
+  t.dtype = DType::kUInt8;
+  return t;
+}
+
+// An op's list item: an array, an (array, dtype) pair, or None (slot skipped).
+struct ItemRef {
+  py::handle array;
+  std::optional<std::string> dtype;
+};
+
+std::optional<ItemRef> parseItem(py::handle item, const std::string& what) {
+  if (item.is_none()) return std::nullopt;
+  if (py::isinstance<py::tuple>(item)) {
+    auto pair = py::reinterpret_borrow<py::tuple>(item);
+    if (pair.size() != 2) {
+      throw py::type_error(what + " must be an array or an (array, dtype) pair, got a tuple of " +
+                           std::to_string(pair.size()));
+    }
+    ItemRef ref{pair[0], std::nullopt};
+    if (!pair[1].is_none()) {
+      if (!py::isinstance<py::str>(pair[1])) {
+        throw py::type_error(what + ": dtype must be a str such as \"bfloat16\", got " +
+                             typeName(pair[1]));
+      }
+      ref.dtype = pair[1].cast<std::string>();
+    }
+    return ref;
+  }
+  return ItemRef{item, std::nullopt};
+}
+
+py::dict countsToDict(const client::Counts& c) {
+  py::dict d;
+  d["records"] = c.records;
+  d["tensors_received"] = c.tensors_received;
+  d["tensors_written"] = c.tensors_written;
+  d["tensors_dropped"] = c.tensors_dropped;
+  d["tensors_failed"] = c.tensors_failed;
+  d["bytes_written"] = c.bytes_written;
+  d["tensors_filtered"] = c.tensors_filtered;
+  d["last_error"] = c.last_error;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Python-visible Client
+
+class PyClient {
+ public:
+  static std::unique_ptr<PyClient> create(py::object config, std::optional<std::string> socket,
+                                          std::optional<int64_t> rank,
+                                          std::optional<int64_t> device,
+                                          std::optional<int64_t> ring_bytes,
+                                          std::optional<std::string> backpressure) {
+    client::Options o;
+    if (!config.is_none()) {
+      if (py::isinstance<py::dict>(config)) {
+        o.config_text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+      } else {
+        o.config_path = py::module_::import("os").attr("fspath")(config).cast<std::string>();
+      }
+    }
+    if (socket) o.socket_path = *socket;
+    if (rank) o.rank = toU32(*rank, "rank");
+    if (device) o.device = toU32(*device, "device");
+    if (ring_bytes) {
+      if (*ring_bytes <= 0) throw py::value_error("ring_bytes must be positive");
+      o.ring_bytes = static_cast<uint64_t>(*ring_bytes);
+    }
+    if (backpressure) {
+      auto b = config::parseBackpressure(*backpressure);
+      if (!b) {
+        throw py::value_error("backpressure must be \"block\" or \"drop\", got \"" + *backpressure +
+                              "\"");
+      }
+      o.backpressure = b.value();
+    }
+    o.producer_name = "dumpd-python";
+    o.producer_version = DUMPD_VERSION;
+    Result<std::unique_ptr<client::Client>> c = [&] {
+      py::gil_scoped_release nogil;
+      return client::Client::connect(std::move(o));
+    }();
+    return std::unique_ptr<PyClient>(new PyClient(unwrap(std::move(c))));
+  }
+
+  ~PyClient() {
+    if (!client_) return;
+      // ~Client flushes (bounded) and says Goodbye: let other threads run meanwhile, except
+      // while the interpreter is shutting down (threads must not take the GIL back then).
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (finalizing) {
+      client_.reset();
+      return;
+    }
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    client_.reset();
+  }
+
+  void setStep(int64_t iteration, int64_t graph_id) {
+    const uint32_t it = toU32(iteration, "iteration");
+    const uint32_t g = toU32(graph_id, "graph_id");
+    unwrap(locked([&](client::Client& c) { return c.setStep(it, g); }));
+  }
+
+  bool shouldDump(const std::string& op_name, const std::string& io) {
+    const config::Io which = parseIo(io);
+    return lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which); });
+  }
+
+  bool stepSelected() {
+    return lockedFast([](client::Client& c) { return c.stepSelected(); });
+  }
+
+  bool dump(const std::string& op_type, const std::string& op_name, const std::string& io,
+            int64_t slot, py::handle array, std::optional<std::string> dtype,
+            const std::string& format, int64_t task_id, int64_t stream_id) {
+    const config::Io which = parseIo(io);
+    const uint32_t s = toU32(slot, "slot");
+    client::OpCall op;
+    op.op_type = op_type;
+    op.op_name = op_name;
+    op.task_id = toU32(task_id, "task_id");
+    op.stream_id = toU32(stream_id, "stream_id");
+    // Ask the filter before touching the data: a filtered tensor costs no buffer export.
+    if (!lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which); })) {
+      const client::Tensor t = filteredTensor(which, s);
+      op.tensors = std::span(&t, 1);
+      return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
+    }
+    PreparedTensor p;
+    prepareTensor(array, dtype, which, s, format, "array", p);
+    op.tensors = std::span(&p.tensor, 1);
+    return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
+  }
+
+  bool dumpOp(const std::string& op_type, const std::string& op_name, py::iterable inputs,
+              py::iterable outputs, int64_t task_id, int64_t stream_id) {
+    for (py::handle list : {inputs, outputs}) {
+      // An array is iterable too: dump_op(..., outputs=y) would dump y's rows as slots.
+      if (PyObject_CheckBuffer(list.ptr()) || py::hasattr(list, "__array__")) {
+        throw py::type_error("inputs and outputs must be lists or tuples of arrays, got " +
+                             typeName(list) + " (wrap a single array: outputs=[y])");
+      }
+    }
+    client::OpCall op;
+    op.op_type = op_type;
+    op.op_name = op_name;
+    op.task_id = toU32(task_id, "task_id");
+    op.stream_id = toU32(stream_id, "stream_id");
+    const auto [want_in, want_out] = lockedFast([&](client::Client& c) {
+      return std::pair(c.shouldDump(op_name, config::Io::kInput),
+                       c.shouldDump(op_name, config::Io::kOutput));
+    });
+    std::deque<PreparedTensor> prepared;  // stable addresses: tensors point into them
+    std::vector<client::Tensor> tensors;
+    auto add = [&](py::iterable items, config::Io io, bool selected, const char* list) {
+      uint32_t slot = 0;
+      for (py::handle item : items) {
+        const std::string what = std::string(list) + "[" + std::to_string(slot) + "]";
+        std::optional<ItemRef> ref = parseItem(item, what);
+        if (ref) {
+          if (selected) {
+            PreparedTensor& p = prepared.emplace_back();
+            prepareTensor(ref->array, ref->dtype, io, slot, "DefaultFormat", what, p);
+            tensors.push_back(p.tensor);
+          } else {
+            tensors.push_back(filteredTensor(io, slot));
+          }
+        }
+        ++slot;
+      }
+    };
+    add(inputs, config::Io::kInput, want_in, "inputs");
+    add(outputs, config::Io::kOutput, want_out, "outputs");
+    op.tensors = tensors;
+    return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
+  }
+
+  void dumpConstant(const std::string& data_id, py::handle array, int64_t graph_id,
+                    std::optional<std::string> dtype) {
+    const uint32_t g = toU32(graph_id, "graph_id");
+    PreparedTensor p;
+    prepareTensor(array, dtype, config::Io::kOutput, 0, "DefaultFormat", "array", p);
+    unwrap(locked([&](client::Client& c) { return c.dumpConstant(data_id, p.tensor, g); }));
+  }
+
+  void saveGraph(int64_t graph_id, std::optional<std::string> ir_text,
+                 std::optional<py::bytes> pb) {
+    const uint32_t g = toU32(graph_id, "graph_id");
+    if (!ir_text && !pb) throw py::value_error("save_graph needs ir_text, pb_bytes or both");
+    const std::string ir = ir_text.value_or("");
+    const std::string pb_bytes = pb ? std::string(*pb) : std::string();
+    unwrap(locked([&](client::Client& c) { return c.saveGraph(g, ir, pb_bytes); }));
+  }
+
+  void saveExecutionOrder(int64_t graph_id, py::iterable op_names) {
+    const uint32_t g = toU32(graph_id, "graph_id");
+    std::vector<std::string> names;
+    for (py::handle n : op_names) {
+      if (!py::isinstance<py::str>(n)) {
+        throw py::type_error("op_names must hold str, got " + typeName(n));
+      }
+      names.push_back(n.cast<std::string>());
+    }
+    unwrap(locked([&](client::Client& c) { return c.saveExecutionOrder(g, names); }));
+  }
+
+  void saveKernelArgs(const std::string& op_type, const std::string& op_name, py::dict args) {
+    std::vector<std::pair<std::string, std::string>> kv;
+    for (auto [k, v] : args) kv.emplace_back(py::str(k), py::str(v));
+    unwrap(locked([&](client::Client& c) { return c.saveKernelArgs(op_type, op_name, kv); }));
+  }
+
+  py::dict flush(std::optional<double> timeout) {
+    int ms = -1;
+    if (timeout) {
+      if (!(*timeout >= 0) || *timeout > 1e6) {
+        throw py::value_error("timeout must be None or a number of seconds >= 0");
+      }
+      ms = static_cast<int>(std::ceil(*timeout * 1000.0));
+    }
+    return countsToDict(unwrap(locked([&](client::Client& c) { return c.flush(ms); })));
+  }
+
+  py::dict stats() {
+    const client::Stats s = lockedFast([](client::Client& c) { return c.stats(); }, true);
+    py::dict d;
+    d["records_committed"] = s.records_committed;
+    d["tensors_committed"] = s.tensors_committed;
+    d["bytes_committed"] = s.bytes_committed;
+    d["tensors_filtered"] = s.tensors_filtered;
+    d["tensors_dropped"] = s.tensors_dropped;
+    d["records_dropped"] = s.records_dropped;
+    d["blocked_waits"] = s.blocked_waits;
+    d["ring_capacity"] = s.ring_capacity;
+    d["ring_used"] = s.ring_used;
+    d["iteration"] = s.iteration;
+    d["graph_id"] = s.graph_id;
+    d["session_id"] = s.session_id;
+    d["closed"] = closed_;
+    return d;
+  }
+
+  void close(std::optional<double> timeout) {
+    int ms = 30000;
+    if (timeout) {
+      if (!(*timeout >= 0) || *timeout > 1e6) {
+        throw py::value_error("timeout must be None or a number of seconds >= 0");
+      }
+      ms = static_cast<int>(std::ceil(*timeout * 1000.0));
+    }
+    Status s = [&] {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return Status();
+      closed_ = true;
+      return client_->close(ms);
+    }();
+    unwrap(s);
+  }
+
+  bool closed() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+
+  uint32_t rank() { return client_->rank(); }
+  uint32_t device() { return client_->device(); }
+  std::string path() { return client_->plan().path; }
+  std::string netName() { return client_->plan().net_name; }
+
+ private:
+  explicit PyClient(std::unique_ptr<client::Client> c) : client_(std::move(c)) {}
+
+  // Runs f(client) with the mutex held and the GIL released; for calls that copy, block or
+  // wait. Raises DaemonError on a closed client.
+  template <typename F>
+  auto locked(F&& f) -> decltype(f(std::declval<client::Client&>())) {
+    bool was_closed = false;
+    std::optional<decltype(f(std::declval<client::Client&>()))> r;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) {
+        was_closed = true;
+      } else {
+        r.emplace(f(*client_));
+      }
+    }
+    if (was_closed) raise(g_exc.daemon, "client is closed");
+    return std::move(*r);
+  }
+
+  // Like locked() for short calls: keeps the GIL when the mutex is free, releases it only to
+  // wait for the mutex (never blocks on the mutex while holding the GIL).
+  template <typename F>
+  auto lockedFast(F&& f, bool allow_closed = false)
+      -> decltype(f(std::declval<client::Client&>())) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      py::gil_scoped_release nogil;
+      lock.lock();
+    }
+    if (closed_ && !allow_closed) {
+      lock.unlock();
+      raise(g_exc.daemon, "client is closed");
+    }
+    return f(*client_);
+  }
+
+  std::mutex mu_;
+  bool closed_ = false;  // guarded by mu_
+  std::unique_ptr<client::Client> client_;
+};
+
+// Creates `name` in the module with the given bases and docstring.
+py::handle makeException(py::module_& m, const char* name, py::tuple bases, const char* doc) {
+  const std::string qualified = std::string("dumpd.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));  // the module takes its own reference; ours is kept
+  return py::handle(type);
+}
+
+constexpr const char* kClientDoc =
+    R"doc(A connection to the node's dumpd daemon for one training process (one rank).
+
+Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None)
+
+  config        path of the job's data_dump.json (str or os.PathLike), or a dict holding the
+                job config itself; default $MINDSPORE_DUMP_CONFIG.
+  socket        the daemon's socket; default $DUMPD_SOCKET, else /run/dumpd/dumpd.sock.
+  rank          rank id (names rank_{rank}/); default $RANK_ID, else 0.
+  device        device id (checked against support_device); default $DEVICE_ID, else 0.
+  ring_bytes    size of the shared-memory ring; default 64 MiB. A record (one op's selected
+                tensors) must fit in it.
+  backpressure  "block" (wait for ring space; nothing is lost) or "drop" (skip and count the
+                tensor); default: the daemon's setting.
+
+The job config is validated first (ConfigError with the validator's message); then the
+ring is created and the daemon contacted (DaemonError when none answers).
+
+dump()/dump_op() copy the data once into shared memory and return: the caller may reuse its
+arrays at once; the daemon writes the files. flush() waits until they are on disk.
+Calls are serialised internally, so a Client may be shared between threads. Use it as a
+context manager, or call close(), to flush and end the session.
+
+Example:
+    with dumpd.Client("/path/data_dump.json") as c:
+        for step in range(10):
+            c.set_step(step)
+            y = x @ w
+            c.dump_op("MatMul", "Default/MatMul-op0", inputs=[x, w], outputs=[y])
+        print(c.flush())
+)doc";
+
+constexpr const char* kDumpDoc =
+    R"doc(Dumps one tensor as its own record. Returns False when the pushed-down filter (iteration,
+device, kernels, input_output) rejected it -- then the data is not even looked at -- or when
+the drop policy skipped it because the ring was full.
+
+  op_type   primitive name, e.g. "Conv2D" (matched by kernel type filters).
+  op_name   full scope name, e.g. "Default/conv1-Conv2d/Conv2D-op3" (matched by name and
+            name-regex filters; '/', '\', '.' and spaces become '_' in file names).
+  io        "input" or "output".
+  slot      input/output index.
+  array     any C-contiguous buffer (numpy array, memoryview, bytes, ...); other arrays are
+            made contiguous first. Supported: bool, int8-64, uint8-64, float16/32/64,
+            complex64/128.
+  dtype     None (use the array's) or a raw reinterpretation:
+              "bfloat16": uint16/int16 array of bfloat16 bit patterns (written as float32);
+              "int4": int8/uint8 array of packed pairs, low nibble first; the logical last
+                      dimension is twice the packed one (written as int8);
+              "uint1": uint8 array of 0/1 values (written as uint8).
+  format    the producer's format string (kept in the file name when trans_flag is false).
+
+Raises ValueError/TypeError for bad arguments, DaemonError when the session is gone.
+)doc";
+
+constexpr const char* kDumpOpDoc =
+    R"doc(Dumps one op execution as one record: every selected input and output tensor. Items of
+`inputs`/`outputs` are arrays, (array, dtype) pairs for raw "bfloat16"/"int4"/"uint1" data,
+or None (nothing dumped for that slot). The slot of an item is its index in the list. Only
+the tensors the filter selects are looked at and copied. Returns True when a record was
+committed.
+)doc";
+
+}  // namespace
+}  // namespace dumpd::python
+
+PYBIND11_MODULE(_dumpd, m) {
+  using namespace dumpd::python;
+  m.doc() = "dumpd: stream training tensors to the node's dumpd daemon (MindSpore dump format).";
+  m.attr("__version__") = DUMPD_VERSION;
+
+  py::handle exception_type(PyExc_Exception);
+  g_exc.base = makeException(m, "DumpdError", py::make_tuple(exception_type),
+                             "Base class of the errors raised by dumpd.");
+  g_exc.config = makeException(m, "ConfigError", py::make_tuple(g_exc.base),
+                               "The job config (data_dump.json) is missing or invalid; the "
+                               "message is the validator's.");
+  g_exc.daemon = makeException(m, "DaemonError", py::make_tuple(g_exc.base),
+                               "No daemon answered, or the session failed (protocol or I/O "
+                               "error, daemon gone, client closed).");
+  g_exc.timeout = makeException(
+      m, "DaemonTimeout", py::make_tuple(g_exc.daemon, py::handle(PyExc_TimeoutError)),
+      "The daemon did not finish in time (flush timeout, or the block policy's wait for ring "
+      "space timed out).");
+
+  py::class_<PyClient>(m, "Client", kClientDoc)
+      .def(py::init(&PyClient::create), py::arg("config") = py::none(),
+           py::arg("socket") = py::none(), py::arg("rank") = py::none(),
+           py::arg("device") = py::none(), py::arg("ring_bytes") = py::none(),
+           py::arg("backpressure") = py::none())
+      .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
+           "Marks the current iteration (and graph). Moving to a new step completes the previous "
+           "one. Dumps are filtered by the config's \"iteration\" against this value.")
+      .def("should_dump", &PyClient::shouldDump, py::arg("op_name"), py::arg("io") = "output",
+           "True when a tensor of op `op_name` on side `io` (\"input\"/\"output\") would be "
+           "dumped now. Cheap: use it to skip preparing data that would be filtered.")
+      .def("dump", &PyClient::dump, kDumpDoc, py::arg("op_type"), py::arg("op_name"), py::arg("io"),
+           py::arg("slot"), py::arg("array"), py::kw_only(), py::arg("dtype") = py::none(),
+           py::arg("format") = "DefaultFormat", py::arg("task_id") = 0, py::arg("stream_id") = 0)
+      .def("dump_op", &PyClient::dumpOp, kDumpOpDoc, py::arg("op_type"), py::arg("op_name"),
+           py::arg("inputs") = py::tuple(), py::arg("outputs") = py::tuple(), py::kw_only(),
+           py::arg("task_id") = 0, py::arg("stream_id") = 0)
+      .def("dump_constant", &PyClient::dumpConstant, py::arg("data_id"), py::arg("array"),
+           py::arg("graph_id") = 0, py::kw_only(), py::arg("dtype") = py::none(),
+           "Dumps a constant/parameter as {net}/{graph_id}/constants/"
+           "Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy "
+           "(not filtered by iteration or kernels).")
+      .def("save_graph", &PyClient::saveGraph, py::arg("graph_id"), py::arg("ir_text") = py::none(),
+           py::arg("pb_bytes") = py::none(),
+           "Saves graphs/ms_output_trace_code_graph_{graph_id}.ir (ir_text: str) and/or .pb "
+           "(pb_bytes: bytes).")
+      .def("save_execution_order", &PyClient::saveExecutionOrder, py::arg("graph_id"),
+           py::arg("op_names"),
+           "Saves execution_order/ms_execution_order_graph_{graph_id}.csv: the full op names "
+           "in execution order.")
+      .def("save_kernel_args", &PyClient::saveKernelArgs, py::arg("op_type"), py::arg("op_name"),
+           py::arg("args"),
+           "Saves {op_type}.{op_name}.json with the op's init args (a dict; keys and values "
+           "are converted with str()) in the current iteration's directory, when the config "
+           "sets save_kernel_args.")
+      .def("flush", &PyClient::flush, py::arg("timeout") = py::none(),
+           "Blocks until everything dumped so far is on disk, dropped or failed (timeout in "
+           "seconds; None waits as long as it takes; DaemonTimeout when it expires). Returns "
+           "the session's cumulative counts from the daemon: records, tensors_received, "
+           "tensors_written, tensors_dropped, tensors_failed, bytes_written, tensors_filtered, "
+           "last_error.")
+      .def("stats", &PyClient::stats,
+           "Client-side counters: records/tensors/bytes committed to the ring, tensors "
+           "filtered (no copy) and dropped, blocked waits, ring capacity and use, current "
+           "iteration and graph, session id, closed.")
+      .def("close", &PyClient::close, py::arg("timeout") = py::none(),
+           "Flushes (up to `timeout` seconds, default 30), says goodbye and closes. "
+           "Idempotent; later calls other than stats() raise DaemonError.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def(
+          "__exit__",
+          [](PyClient& self, py::handle exc_type, py::handle, py::handle) {
+            if (exc_type.is_none()) {
+              self.close(std::nullopt);
+              return false;
+            }
+            // Do not hide the exception in flight behind a close() failure.
+            try {
+              self.close(std::nullopt);
+            } catch (py::error_already_set&) {
+            }
+            return false;
+          },
+          py::arg("exc_type"), py::arg("exc"), py::arg("tb"))
+      .def_property_readonly("step_selected", &PyClient::stepSelected,
+                             "True when the current iteration and device are selected at all.")
+      .def_property_readonly("closed", &PyClient::closed)
+      .def_property_readonly("rank", &PyClient::rank)
+      .def_property_readonly("device", &PyClient::device)
+      .def_property_readonly("path", &PyClient::path, "The dump root (the config's path).")
+      .def_property_readonly("net_name", &PyClient::netName)
+      .def("__repr__", [](PyClient& self) {
+        return "<dumpd.Client rank=" + std::to_string(self.rank()) +
+               " device=" + std::to_string(self.device()) + " path='" + self.path() + "' net='" +
+               self.netName() + "'" + (self.closed() ? " closed" : "") + ">";
+      });
+}

@@ -1,0 +1,265 @@
+#include "config/daemon_settings.h"
+
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "config/dump_plan.h"
+#include "config/json_util.h"
+
+namespace dumpd::config {
+namespace {
+
+using internal::describe;
+using internal::printable;
+using nlohmann::json;
+
+constexpr const char* kDefaultSocketPath = "/run/dumpd/dumpd.sock";
+constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
+                                           "error", "critical", "off"};
+
+Error invalid(std::string message) {
+  return makeError(ErrorCode::kInvalidConfig, "dumpd settings: " + std::move(message));
+}
+
+Error badValue(std::string_view key, std::string_view expected, const json& v) {
+  return invalid("'" + std::string(key) + "' should be " + std::string(expected) +
+                 ", but got: " + describe(v));
+}
+
+Result<uint64_t> getU64(std::string_view key, const json& v) {
+  if (!v.is_number_unsigned()) return badValue(key, "a non-negative integer", v);
+  return v.get<uint64_t>();
+}
+
+Result<uint32_t> getU32(std::string_view key, const json& v, uint32_t min, uint32_t max) {
+  auto x = getU64(key, v);
+  if (!x) return x.error();
+  if (*x < min || *x > max) {
+    return badValue(key, "an integer in " + std::to_string(min) + ".." + std::to_string(max), v);
+  }
+  return static_cast<uint32_t>(*x);
+}
+
+Result<std::string> getString(std::string_view key, const json& v) {
+  if (!v.is_string()) return badValue(key, "a string", v);
+  const auto& s = v.get_ref<const std::string&>();
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return badValue(key, "a string without control characters", v);
+  }
+  return s;
+}
+
+// "0660" / "660" (octal text) or an integer (the mode's numeric value, 432 == 0660). Only
+// permission bits: setuid/setgid/sticky mean nothing on a socket, and the bound catches the
+// usual mistake of writing 660 as a JSON integer (decimal 660 is octal 1224).
+Result<uint32_t> getSocketMode(const json& v) {
+  constexpr std::string_view kKey = "socket_mode";
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (s.empty() || s.size() > 4) return badValue(kKey, "an octal string such as \"0660\"", v);
+    uint32_t mode = 0;
+    for (char c : s) {
+      if (c < '0' || c > '7') return badValue(kKey, "an octal string such as \"0660\"", v);
+      mode = mode * 8 + static_cast<uint32_t>(c - '0');
+    }
+    if (mode > 0777) return badValue(kKey, "a permission mode of at most \"0777\"", v);
+    return mode;
+  }
+  if (v.is_number_unsigned()) {
+    uint64_t mode = v.get<uint64_t>();
+    if (mode > 0777) {
+      return badValue(kKey,
+                      "at most 511 (0777) as an integer; write octal modes as a string, e.g. "
+                      "\"0660\"",
+                      v);
+    }
+    return static_cast<uint32_t>(mode);
+  }
+  return badValue(kKey, "an octal string such as \"0660\" or an integer", v);
+}
+
+template <typename T>
+Status assign(Result<T> r, T* out) {
+  if (!r) return r.error();
+  *out = std::move(r).value();
+  return {};
+}
+
+// One handler per key; unknown keys are errors.
+Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
+  constexpr uint32_t kU32Max = std::numeric_limits<uint32_t>::max();
+  if (key == "socket_path") {
+    auto path = getString(key, v);
+    if (!path) return path.error();
+    if (path->size() > kMaxSocketPathBytes) {
+      return badValue(key, "at most " + std::to_string(kMaxSocketPathBytes) + " bytes long", v);
+    }
+    s.socket_path = std::move(path).value();
+    return {};
+  }
+  if (key == "socket_mode") return assign(getSocketMode(v), &s.socket_mode);
+  if (key == "socket_group") return assign(getString(key, v), &s.socket_group);
+  if (key == "max_sessions") return assign(getU32(key, v, 1, kU32Max), &s.max_sessions);
+  if (key == "max_ring_bytes") return assign(getU64(key, v), &s.max_ring_bytes);
+  if (key == "default_ring_bytes") return assign(getU64(key, v), &s.default_ring_bytes);
+  if (key == "writer_threads") {
+    return assign(getU32(key, v, 1, kMaxWriterThreads), &s.writer_threads);
+  }
+  if (key == "write_queue_bytes") return assign(getU64(key, v), &s.write_queue_bytes);
+  if (key == "backpressure") {
+    if (!v.is_string()) return badValue(key, "\"block\" or \"drop\"", v);
+    auto b = parseBackpressure(v.get_ref<const std::string&>());
+    if (!b) return badValue(key, "\"block\" or \"drop\"", v);
+    s.backpressure = *b;
+    return {};
+  }
+  if (key == "block_timeout_ms") return assign(getU32(key, v, 0, kU32Max), &s.block_timeout_ms);
+  if (key == "durability") {
+    if (!v.is_string()) return badValue(key, "\"none\", \"iteration\" or \"file\"", v);
+    auto d = parseDurability(v.get_ref<const std::string&>());
+    if (!d) return badValue(key, "\"none\", \"iteration\" or \"file\"", v);
+    s.durability = *d;
+    return {};
+  }
+  if (key == "job_quota_bytes") return assign(getU64(key, v), &s.job_quota_bytes);
+  if (key == "min_free_bytes") return assign(getU64(key, v), &s.min_free_bytes);
+  if (key == "compression") {
+    if (!v.is_string()) return badValue(key, "\"none\" or \"lz4\"", v);
+    auto c = parseCompression(v.get_ref<const std::string&>());
+    if (!c) return badValue(key, "\"none\" or \"lz4\"", v);
+    s.compression = *c;
+    return {};
+  }
+  if (key == "log_level") {
+    if (!v.is_string() || !isValidLogLevel(v.get_ref<const std::string&>())) {
+      return badValue(key, "one of trace, debug, info, warn, error, critical, off", v);
+    }
+    s.log_level = v.get<std::string>();
+    return {};
+  }
+  return invalid("unknown key '" + printable(key) + "'");
+}
+
+// Rules that involve more than one key, checked after every key is read.
+Status checkTogether(const DaemonSettings& s) {
+  if (s.max_ring_bytes < kMinRingBytes) {
+    return invalid("'max_ring_bytes' should be at least " + std::to_string(kMinRingBytes) +
+                   ", but got: " + std::to_string(s.max_ring_bytes));
+  }
+  if (s.default_ring_bytes < kMinRingBytes || s.default_ring_bytes > s.max_ring_bytes) {
+    return invalid("'default_ring_bytes' should be between " + std::to_string(kMinRingBytes) +
+                   " and max_ring_bytes (" + std::to_string(s.max_ring_bytes) +
+                   "), but got: " + std::to_string(s.default_ring_bytes));
+  }
+  if (s.write_queue_bytes < kMinWriteQueueBytes) {
+    return invalid("'write_queue_bytes' should be at least " + std::to_string(kMinWriteQueueBytes) +
+                   ", but got: " + std::to_string(s.write_queue_bytes));
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view backpressureName(Backpressure b) {
+  switch (b) {
+    case Backpressure::kBlock:
+      return "block";
+    case Backpressure::kDrop:
+      return "drop";
+  }
+  return "";
+}
+
+std::string_view durabilityName(Durability d) {
+  switch (d) {
+    case Durability::kNone:
+      return "none";
+    case Durability::kIteration:
+      return "iteration";
+    case Durability::kFile:
+      return "file";
+  }
+  return "";
+}
+
+std::string_view compressionName(Compression c) {
+  switch (c) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kLz4:
+      return "lz4";
+  }
+  return "";
+}
+
+Result<Backpressure> parseBackpressure(std::string_view s) {
+  if (s == "block") return Backpressure::kBlock;
+  if (s == "drop") return Backpressure::kDrop;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "backpressure should be \"block\" or \"drop\", but got: " + printable(s));
+}
+
+Result<Durability> parseDurability(std::string_view s) {
+  if (s == "none") return Durability::kNone;
+  if (s == "iteration") return Durability::kIteration;
+  if (s == "file") return Durability::kFile;
+  return makeError(
+      ErrorCode::kInvalidArgument,
+      "durability should be \"none\", \"iteration\" or \"file\", but got: " + printable(s));
+}
+
+Result<Compression> parseCompression(std::string_view s) {
+  if (s == "none") return Compression::kNone;
+  if (s == "lz4") return Compression::kLz4;
+  return makeError(ErrorCode::kInvalidArgument,
+                   "compression should be \"none\" or \"lz4\", but got: " + printable(s));
+}
+
+bool isValidLogLevel(std::string_view s) {
+  for (std::string_view level : kLogLevels) {
+    if (s == level) return true;
+  }
+  return false;
+}
+
+Result<DaemonSettings> parseDaemonSettings(std::string_view json_text) {
+  try {
+    auto parsed = internal::parseJson(json_text);
+    if (!parsed) return invalid(parsed.error().message);
+    const json& root = parsed.value();
+    if (!root.is_object()) return invalid("the settings should be a JSON object");
+    DaemonSettings settings;
+    for (const auto& [key, value] : root.items()) {
+      if (auto s = applyKey(key, value, settings); !s) return s.error();
+    }
+    if (auto s = checkTogether(settings); !s) return s.error();
+    return settings;
+  } catch (const std::exception& e) {
+    return makeError(ErrorCode::kInternal,
+                     std::string("dumpd settings parser failed: ") + e.what());
+  }
+}
+
+Result<DaemonSettings> loadDaemonSettings(const std::string& path) {
+  auto text = readTextFile(path);
+  if (!text) return text.error();
+  auto settings = parseDaemonSettings(*text);
+  if (!settings) {
+    return makeError(settings.error().code, printable(path) + ": " + settings.error().message);
+  }
+  return settings;
+}
+
+std::string resolveSocketPath(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return explicit_path;
+  if (const char* env = std::getenv("DUMPD_SOCKET"); env != nullptr && *env != '\0') return env;
+  return kDefaultSocketPath;
+}
+
+}  // namespace dumpd::config

@@ -1,0 +1,232 @@
+#include "config/daemon_settings.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "tests/config/config_test_util.h"
+
+namespace dumpd::config {
+namespace {
+
+using testing::errorOf;
+using ::testing::HasSubstr;
+
+Result<DaemonSettings> parseOne(const std::string& key, const nlohmann::json& value) {
+  nlohmann::json j = nlohmann::json::object();
+  j[key] = value;
+  return parseDaemonSettings(j.dump());
+}
+
+void expectDefaults(const DaemonSettings& s) {
+  EXPECT_EQ(s.socket_path, "");
+  EXPECT_EQ(s.socket_mode, 0660u);
+  EXPECT_EQ(s.socket_group, "");
+  EXPECT_EQ(s.max_sessions, 64u);
+  EXPECT_EQ(s.max_ring_bytes, 1ull << 30);
+  EXPECT_EQ(s.default_ring_bytes, 64ull << 20);
+  EXPECT_EQ(s.writer_threads, 2u);
+  EXPECT_EQ(s.write_queue_bytes, 256ull << 20);
+  EXPECT_EQ(s.backpressure, Backpressure::kBlock);
+  EXPECT_EQ(s.block_timeout_ms, 0u);
+  EXPECT_EQ(s.durability, Durability::kNone);
+  EXPECT_EQ(s.job_quota_bytes, 0u);
+  EXPECT_EQ(s.min_free_bytes, 1ull << 30);
+  EXPECT_EQ(s.compression, Compression::kNone);
+  EXPECT_EQ(s.log_level, "info");
+}
+
+TEST(DaemonSettingsTest, EmptyObjectKeepsDefaults) {
+  auto s = parseDaemonSettings("{}");
+  ASSERT_TRUE(s) << errorOf(s);
+  expectDefaults(*s);
+}
+
+TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
+  auto s = loadDaemonSettings(DUMPD_SOURCE_DIR "/config/dumpd.json");
+  ASSERT_TRUE(s) << errorOf(s);
+  expectDefaults(*s);
+  auto text = readTextFile(DUMPD_SOURCE_DIR "/config/dumpd.json");
+  ASSERT_TRUE(text);
+  auto keys = nlohmann::json::parse(*text);
+  for (const char* key : {"socket_path", "socket_mode", "socket_group", "max_sessions",
+                          "max_ring_bytes", "default_ring_bytes", "writer_threads",
+                          "write_queue_bytes", "backpressure", "block_timeout_ms", "durability",
+                          "job_quota_bytes", "min_free_bytes", "compression", "log_level"}) {
+    EXPECT_TRUE(keys.contains(key)) << key;
+  }
+  EXPECT_EQ(keys.size(), 15u);
+}
+
+TEST(DaemonSettingsTest, EveryKeyIsRead) {
+  auto s = parseDaemonSettings(R"({
+    "socket_path": "/run/x/d.sock", "socket_mode": "0600", "socket_group": "dumpd",
+    "max_sessions": 8, "max_ring_bytes": 2097152, "default_ring_bytes": 1048576,
+    "writer_threads": 4, "write_queue_bytes": 8388608, "backpressure": "drop",
+    "block_timeout_ms": 250, "durability": "iteration", "job_quota_bytes": 1000000,
+    "min_free_bytes": 0, "compression": "lz4", "log_level": "debug"})");
+  ASSERT_TRUE(s) << errorOf(s);
+  EXPECT_EQ(s->socket_path, "/run/x/d.sock");
+  EXPECT_EQ(s->socket_mode, 0600u);
+  EXPECT_EQ(s->socket_group, "dumpd");
+  EXPECT_EQ(s->max_sessions, 8u);
+  EXPECT_EQ(s->max_ring_bytes, 2097152u);
+  EXPECT_EQ(s->default_ring_bytes, 1048576u);
+  EXPECT_EQ(s->writer_threads, 4u);
+  EXPECT_EQ(s->write_queue_bytes, 8388608u);
+  EXPECT_EQ(s->backpressure, Backpressure::kDrop);
+  EXPECT_EQ(s->block_timeout_ms, 250u);
+  EXPECT_EQ(s->durability, Durability::kIteration);
+  EXPECT_EQ(s->job_quota_bytes, 1000000u);
+  EXPECT_EQ(s->min_free_bytes, 0u);
+  EXPECT_EQ(s->compression, Compression::kLz4);
+  EXPECT_EQ(s->log_level, "debug");
+}
+
+TEST(DaemonSettingsTest, UnknownKeyIsAnErrorNamingIt) {
+  auto s = parseDaemonSettings(R"({"log_level": "info", "writer_thread": 3})");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, ErrorCode::kInvalidConfig);
+  EXPECT_EQ(s.error().message, "dumpd settings: unknown key 'writer_thread'");
+}
+
+TEST(DaemonSettingsTest, SyntaxErrorHasLineAndColumn) {
+  EXPECT_THAT(errorOf(parseDaemonSettings("{\n  \"log_level\": \"info\",\n}")),
+              HasSubstr("dumpd settings: JSON syntax error at line 3, column 1: "));
+}
+
+TEST(DaemonSettingsTest, RootMustBeObject) {
+  EXPECT_THAT(errorOf(parseDaemonSettings("[]")), HasSubstr("should be a JSON object"));
+}
+
+TEST(DaemonSettingsTest, SocketModeAsOctalString) {
+  EXPECT_EQ(parseOne("socket_mode", "0660")->socket_mode, 0660u);
+  EXPECT_EQ(parseOne("socket_mode", "600")->socket_mode, 0600u);
+  EXPECT_EQ(parseOne("socket_mode", "0")->socket_mode, 0u);
+  for (const char* bad : {"", "0o660", "0869", "rw-rw----", "00660", " 660"}) {
+    EXPECT_THAT(errorOf(parseOne("socket_mode", bad)),
+                HasSubstr("'socket_mode' should be an octal string such as \"0660\""))
+        << bad;
+  }
+  EXPECT_THAT(errorOf(parseOne("socket_mode", "1777")),
+              HasSubstr("a permission mode of at most \"0777\", but got: 1777"));
+}
+
+TEST(DaemonSettingsTest, SocketModeAsInteger) {
+  EXPECT_EQ(parseOne("socket_mode", 432)->socket_mode, 0660u);
+  // 660 written as a JSON integer is decimal 660 (octal 1224): rejected with a hint.
+  EXPECT_THAT(errorOf(parseOne("socket_mode", 660)),
+              HasSubstr("write octal modes as a string, e.g. \"0660\", but got: 660"));
+  EXPECT_THAT(errorOf(parseOne("socket_mode", -1)), HasSubstr("but got: -1"));
+  EXPECT_THAT(errorOf(parseOne("socket_mode", 1.5)), HasSubstr("but got: 1.5"));
+}
+
+TEST(DaemonSettingsTest, SizesAreNonNegativeIntegerBytes) {
+  for (const char* key : {"max_ring_bytes", "default_ring_bytes", "write_queue_bytes",
+                          "job_quota_bytes", "min_free_bytes"}) {
+    EXPECT_EQ(errorOf(parseOne(key, "64MiB")), std::string("dumpd settings: '") + key +
+                                                   "' should be a non-negative integer, but "
+                                                   "got: 64MiB");
+    EXPECT_THAT(errorOf(parseOne(key, -1)), HasSubstr("but got: -1")) << key;
+    EXPECT_THAT(errorOf(parseOne(key, 1e9)), HasSubstr("non-negative integer")) << key;
+  }
+  EXPECT_EQ(parseOne("job_quota_bytes", 18446744073709551615ull)->job_quota_bytes,
+            18446744073709551615ull);
+}
+
+TEST(DaemonSettingsTest, RingSizesAreChecked) {
+  EXPECT_THAT(errorOf(parseOne("max_ring_bytes", 1024)),
+              HasSubstr("'max_ring_bytes' should be at least 65536, but got: 1024"));
+  EXPECT_THAT(errorOf(parseOne("default_ring_bytes", 2ull << 30)),
+              HasSubstr("'default_ring_bytes' should be between 65536 and max_ring_bytes"));
+  EXPECT_THAT(errorOf(parseOne("max_ring_bytes", 32ull << 20)),
+              HasSubstr("'default_ring_bytes' should be between"));  // default 64 MiB > max
+  EXPECT_THAT(errorOf(parseOne("write_queue_bytes", 100)),
+              HasSubstr("'write_queue_bytes' should be at least 65536, but got: 100"));
+}
+
+TEST(DaemonSettingsTest, WriterThreadsRange) {
+  EXPECT_EQ(parseOne("writer_threads", 1)->writer_threads, 1u);
+  EXPECT_EQ(parseOne("writer_threads", 64)->writer_threads, 64u);
+  EXPECT_EQ(errorOf(parseOne("writer_threads", 0)),
+            "dumpd settings: 'writer_threads' should be an integer in 1..64, but got: 0");
+  EXPECT_THAT(errorOf(parseOne("writer_threads", 65)), HasSubstr("but got: 65"));
+}
+
+TEST(DaemonSettingsTest, MaxSessionsAtLeastOne) {
+  EXPECT_THAT(errorOf(parseOne("max_sessions", 0)), HasSubstr("'max_sessions'"));
+  EXPECT_THAT(errorOf(parseOne("max_sessions", 4294967296ull)), HasSubstr("'max_sessions'"));
+}
+
+TEST(DaemonSettingsTest, BlockTimeoutFitsIn32Bits) {
+  EXPECT_EQ(parseOne("block_timeout_ms", 4294967295ull)->block_timeout_ms, 4294967295u);
+  EXPECT_THAT(errorOf(parseOne("block_timeout_ms", 4294967296ull)),
+              HasSubstr("'block_timeout_ms' should be an integer in 0..4294967295"));
+}
+
+TEST(DaemonSettingsTest, EnumeratedStrings) {
+  EXPECT_THAT(errorOf(parseOne("backpressure", "wait")),
+              HasSubstr("'backpressure' should be \"block\" or \"drop\", but got: wait"));
+  EXPECT_THAT(errorOf(parseOne("durability", "always")),
+              HasSubstr("'durability' should be \"none\", \"iteration\" or \"file\", but got: "
+                        "always"));
+  EXPECT_EQ(parseOne("durability", "file")->durability, Durability::kFile);
+  EXPECT_THAT(errorOf(parseOne("compression", "zstd")),
+              HasSubstr("'compression' should be \"none\" or \"lz4\", but got: zstd"));
+  EXPECT_THAT(errorOf(parseOne("backpressure", 1)), HasSubstr("but got: 1"));
+}
+
+TEST(DaemonSettingsTest, LogLevels) {
+  for (const char* level : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    auto s = parseOne("log_level", level);
+    ASSERT_TRUE(s) << errorOf(s);
+    EXPECT_EQ(s->log_level, level);
+  }
+  EXPECT_EQ(errorOf(parseOne("log_level", "warning")),
+            "dumpd settings: 'log_level' should be one of trace, debug, info, warn, error, "
+            "critical, off, but got: warning");
+  EXPECT_FALSE(isValidLogLevel("INFO"));
+}
+
+TEST(DaemonSettingsTest, SocketPathLengthAndCharacters) {
+  EXPECT_TRUE(parseOne("socket_path", "/" + std::string(106, 'a')));
+  EXPECT_THAT(errorOf(parseOne("socket_path", "/" + std::string(107, 'a'))),
+              HasSubstr("'socket_path' should be at most 107 bytes long"));
+  EXPECT_THAT(errorOf(parseOne("socket_path", "/run/a\nb")),
+              HasSubstr("without control characters, but got: /run/a\\x0ab"));
+  EXPECT_THAT(errorOf(parseOne("socket_group", 5)), HasSubstr("'socket_group' should be a string"));
+}
+
+TEST(DaemonSettingsTest, EnumNamesRoundTrip) {
+  for (auto b : {Backpressure::kBlock, Backpressure::kDrop}) {
+    EXPECT_EQ(*parseBackpressure(backpressureName(b)), b);
+  }
+  for (auto d : {Durability::kNone, Durability::kIteration, Durability::kFile}) {
+    EXPECT_EQ(*parseDurability(durabilityName(d)), d);
+  }
+  for (auto c : {Compression::kNone, Compression::kLz4}) {
+    EXPECT_EQ(*parseCompression(compressionName(c)), c);
+  }
+  EXPECT_THAT(errorOf(parseBackpressure("Block")), HasSubstr("but got: Block"));
+  EXPECT_FALSE(parseDurability(""));
+}
+
+TEST(DaemonSettingsTest, LoadErrorsNameTheFile) {
+  auto s = loadDaemonSettings("/nonexistent/dumpd.json");
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error().message, HasSubstr("/nonexistent/dumpd.json"));
+}
+
+TEST(DaemonSettingsTest, ResolveSocketPath) {
+  ::setenv("DUMPD_SOCKET", "/tmp/env.sock", 1);
+  EXPECT_EQ(resolveSocketPath("/tmp/explicit.sock"), "/tmp/explicit.sock");
+  EXPECT_EQ(resolveSocketPath(""), "/tmp/env.sock");
+  ::setenv("DUMPD_SOCKET", "", 1);
+  EXPECT_EQ(resolveSocketPath(""), "/run/dumpd/dumpd.sock");
+  ::unsetenv("DUMPD_SOCKET");
+  EXPECT_EQ(resolveSocketPath(""), "/run/dumpd/dumpd.sock");
+}
+
+}  // namespace
+}  // namespace dumpd::config
