@@ -300,6 +300,9 @@ bool Client::stepSelected() const { return impl_->step_selected; }
 
 Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   Impl& m = *impl_;
+  // Once per step: notice a daemon that ended the session (one non-blocking poll).
+  if (!m.closed && m.fatal.empty()) m.pollDaemon();
+  if (m.closed || !m.fatal.empty()) return m.dead();
   if (iteration == m.iteration && graph_id == m.graph_id) return {};
   m.iteration = iteration;
   m.graph_id = graph_id;
@@ -387,8 +390,8 @@ Result<Reservation> Client::reserveOp(const OpCall& op) {
     res.payloads_[i] = std::span<std::byte>(m.payloads[i], m.specs[i].data_bytes);
   }
   res.tensors_ = static_cast<uint32_t>(m.specs.size());
+  res.bytes_ = payload_bytes;
   res.active_ = true;
-  m.stats.bytes_committed += payload_bytes;
   return res;
 }
 
@@ -399,6 +402,7 @@ Result<uint64_t> Client::commitOp(Reservation& r) {
   const uint64_t seq = m.ring->commit(m.data_bell);
   ++m.stats.records_committed;
   m.stats.tensors_committed += r.tensors_;
+  m.stats.bytes_committed += r.bytes_;
   return seq;
 }
 

@@ -96,6 +96,7 @@ class Reservation {
   friend class Client;
   std::vector<std::span<std::byte>> payloads_;
   uint32_t tensors_ = 0;
+  uint64_t bytes_ = 0;
   bool active_ = false;
 };
 

@@ -107,7 +107,6 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
   if (key == "socket_group") return assign(getString(key, v), &s.socket_group);
   if (key == "max_sessions") return assign(getU32(key, v, 1, kU32Max), &s.max_sessions);
   if (key == "max_ring_bytes") return assign(getU64(key, v), &s.max_ring_bytes);
-  if (key == "default_ring_bytes") return assign(getU64(key, v), &s.default_ring_bytes);
   if (key == "writer_threads") {
     return assign(getU32(key, v, 1, kMaxWriterThreads), &s.writer_threads);
   }
@@ -151,11 +150,6 @@ Status checkTogether(const DaemonSettings& s) {
   if (s.max_ring_bytes < kMinRingBytes) {
     return invalid("'max_ring_bytes' should be at least " + std::to_string(kMinRingBytes) +
                    ", but got: " + std::to_string(s.max_ring_bytes));
-  }
-  if (s.default_ring_bytes < kMinRingBytes || s.default_ring_bytes > s.max_ring_bytes) {
-    return invalid("'default_ring_bytes' should be between " + std::to_string(kMinRingBytes) +
-                   " and max_ring_bytes (" + std::to_string(s.max_ring_bytes) +
-                   "), but got: " + std::to_string(s.default_ring_bytes));
   }
   if (s.write_queue_bytes < kMinWriteQueueBytes) {
     return invalid("'write_queue_bytes' should be at least " + std::to_string(kMinWriteQueueBytes) +

@@ -35,7 +35,6 @@ struct DaemonSettings {
   std::string socket_group;     // "" -> keep the daemon's group
   uint32_t max_sessions = 64;
   uint64_t max_ring_bytes = 1ull << 30;       // per session
-  uint64_t default_ring_bytes = 64ull << 20;  // when the client does not ask
   uint32_t writer_threads = 2;
   uint64_t write_queue_bytes = 256ull << 20;
   Backpressure backpressure = Backpressure::kBlock;

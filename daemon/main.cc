@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -161,6 +164,13 @@ int main(int argc, char** argv) {
   server.start();
   sd_notify(0, ("READY=1\nSTATUS=serving on " + socket_path).c_str());
   io.run();
+  // Drained: a late SIGTERM/SIGINT must not turn the clean exit into a kill by signal.
+  sigset_t late;
+  sigemptyset(&late);
+  sigaddset(&late, SIGTERM);
+  sigaddset(&late, SIGINT);
+  sigaddset(&late, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &late, nullptr);
   spdlog::info("dumpd exiting");
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -42,8 +43,11 @@ class WriterPool {
   struct Item {
     uint64_t bytes;
     Task task;
+    uint64_t seq = 0;  // submission order, for drain()
   };
   void run();
+  bool fits(uint64_t bytes) const;    // REQUIRES: mu_ held
+  uint64_t oldestPending() const;     // REQUIRES: mu_ held; next_seq_ when nothing pending
 
   const uint64_t capacity_;
   mutable std::mutex mu_;
@@ -53,6 +57,8 @@ class WriterPool {
   uint64_t pending_bytes_ = 0;
   uint64_t pending_tasks_ = 0;
   bool stopping_ = false;
+  uint64_t next_seq_ = 0;
+  std::multiset<uint64_t> running_;  // seqs of tasks being run
   std::vector<std::thread> threads_;
 };
 

@@ -25,7 +25,6 @@ void expectDefaults(const DaemonSettings& s) {
   EXPECT_EQ(s.socket_group, "");
   EXPECT_EQ(s.max_sessions, 64u);
   EXPECT_EQ(s.max_ring_bytes, 1ull << 30);
-  EXPECT_EQ(s.default_ring_bytes, 64ull << 20);
   EXPECT_EQ(s.writer_threads, 2u);
   EXPECT_EQ(s.write_queue_bytes, 256ull << 20);
   EXPECT_EQ(s.backpressure, Backpressure::kBlock);
@@ -50,19 +49,19 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
   auto text = readTextFile(DUMPD_SOURCE_DIR "/config/dumpd.json");
   ASSERT_TRUE(text);
   auto keys = nlohmann::json::parse(*text);
-  for (const char* key : {"socket_path", "socket_mode", "socket_group", "max_sessions",
-                          "max_ring_bytes", "default_ring_bytes", "writer_threads",
-                          "write_queue_bytes", "backpressure", "block_timeout_ms", "durability",
-                          "job_quota_bytes", "min_free_bytes", "compression", "log_level"}) {
+  for (const char* key :
+       {"socket_path", "socket_mode", "socket_group", "max_sessions", "max_ring_bytes",
+        "writer_threads", "write_queue_bytes", "backpressure", "block_timeout_ms", "durability",
+        "job_quota_bytes", "min_free_bytes", "compression", "log_level"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
-  EXPECT_EQ(keys.size(), 15u);
+  EXPECT_EQ(keys.size(), 14u);
 }
 
 TEST(DaemonSettingsTest, EveryKeyIsRead) {
   auto s = parseDaemonSettings(R"({
     "socket_path": "/run/x/d.sock", "socket_mode": "0600", "socket_group": "dumpd",
-    "max_sessions": 8, "max_ring_bytes": 2097152, "default_ring_bytes": 1048576,
+    "max_sessions": 8, "max_ring_bytes": 2097152,
     "writer_threads": 4, "write_queue_bytes": 8388608, "backpressure": "drop",
     "block_timeout_ms": 250, "durability": "iteration", "job_quota_bytes": 1000000,
     "min_free_bytes": 0, "compression": "lz4", "log_level": "debug"})");
@@ -72,7 +71,6 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
   EXPECT_EQ(s->socket_group, "dumpd");
   EXPECT_EQ(s->max_sessions, 8u);
   EXPECT_EQ(s->max_ring_bytes, 2097152u);
-  EXPECT_EQ(s->default_ring_bytes, 1048576u);
   EXPECT_EQ(s->writer_threads, 4u);
   EXPECT_EQ(s->write_queue_bytes, 8388608u);
   EXPECT_EQ(s->backpressure, Backpressure::kDrop);
@@ -123,8 +121,8 @@ TEST(DaemonSettingsTest, SocketModeAsInteger) {
 }
 
 TEST(DaemonSettingsTest, SizesAreNonNegativeIntegerBytes) {
-  for (const char* key : {"max_ring_bytes", "default_ring_bytes", "write_queue_bytes",
-                          "job_quota_bytes", "min_free_bytes"}) {
+  for (const char* key :
+       {"max_ring_bytes", "write_queue_bytes", "job_quota_bytes", "min_free_bytes"}) {
     EXPECT_EQ(errorOf(parseOne(key, "64MiB")), std::string("dumpd settings: '") + key +
                                                    "' should be a non-negative integer, but "
                                                    "got: 64MiB");
@@ -138,10 +136,7 @@ TEST(DaemonSettingsTest, SizesAreNonNegativeIntegerBytes) {
 TEST(DaemonSettingsTest, RingSizesAreChecked) {
   EXPECT_THAT(errorOf(parseOne("max_ring_bytes", 1024)),
               HasSubstr("'max_ring_bytes' should be at least 65536, but got: 1024"));
-  EXPECT_THAT(errorOf(parseOne("default_ring_bytes", 2ull << 30)),
-              HasSubstr("'default_ring_bytes' should be between 65536 and max_ring_bytes"));
-  EXPECT_THAT(errorOf(parseOne("max_ring_bytes", 32ull << 20)),
-              HasSubstr("'default_ring_bytes' should be between"));  // default 64 MiB > max
+  EXPECT_TRUE(parseOne("max_ring_bytes", 65536).has_value());
   EXPECT_THAT(errorOf(parseOne("write_queue_bytes", 100)),
               HasSubstr("'write_queue_bytes' should be at least 65536, but got: 100"));
 }

@@ -93,10 +93,11 @@ def test_sd_notify_ready_status_watchdog_and_stopping(workdir):
                    for m in messages for l in m.split("\n"))
         proc.send_signal(signal.SIGTERM)
         receive_until("STOPPING=1")
+        rc = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=60)
+            proc.kill()
+            proc.wait()
         listener.close()
     assert rc == 0
 

@@ -45,10 +45,17 @@ modules that modify a hooked module's output; use ``inplace=False`` modules then
 
 Only leaf modules are hooked: work a non-leaf module does in its own ``forward`` (outside
 its children) is not dumped.
+
+Errors: by default a DaemonError (daemon gone, session ended) raised in a hook propagates
+out of the model's forward or backward. ``attach(..., errors="warn")`` (and the same option
+of :func:`step`/:func:`steps`) turns it into one RuntimeWarning and stops dumping, so a
+long training run survives a daemon restart. Note that the client notices a dead daemon
+at its next flush, or when the ring is full.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
 
 import torch
@@ -81,7 +88,7 @@ def _to_item(value: Any) -> Any:
     """One dump_op item for `value`: an array, an (array, dtype) pair, or None (skipped)."""
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
         return None
-    if value.is_quantized:
+    if value.is_quantized or value.device.type == "meta":
         return None
     t = value.detach()
     if t.dtype not in _NUMPY_DTYPES and t.dtype != torch.bfloat16:
@@ -147,52 +154,83 @@ def _gradient_name(full_name: str, op_type: str) -> str:
     return f"Gradients/{scope}/grad{op_type}/{op_type}Grad-op{number}"
 
 
+def _check_errors(errors: str) -> None:
+    if errors not in ("raise", "warn"):
+        raise ValueError(f'errors must be "raise" or "warn", got {errors!r}')
+
+
+def _warn(error: dumpd.DaemonError, what: str) -> None:
+    warnings.warn(f"dumpd: {what}: {error}", RuntimeWarning, stacklevel=3)
+
+
+class _Session:
+    """What the hooks of one attach() share: the client and the error policy."""
+
+    __slots__ = ("client", "errors", "error")
+
+    def __init__(self, client: dumpd.Client, errors: str) -> None:
+        self.client = client
+        self.errors = errors
+        self.error: dumpd.DaemonError | None = None
+
+    def dump(self, op_type: str, name: str, inputs: Any, outputs: Any, want_in: bool,
+             want_out: bool) -> None:
+        """Dumps the selected sides of one op execution (nothing is touched otherwise)."""
+        if self.error is not None:
+            return
+        client = self.client
+        try:
+            want_in = want_in and client.should_dump(name, "input")
+            want_out = want_out and client.should_dump(name, "output")
+            if want_in or want_out:
+                client.dump_op(op_type, name, inputs=_items(inputs) if want_in else (),
+                               outputs=_items(outputs) if want_out else ())
+        except dumpd.DaemonError as e:
+            if self.errors == "raise":
+                raise
+            self.error = e
+            _warn(e, "dumping stopped, training goes on")
+
+
 class _ForwardHook:
     """Forward hook of one leaf module: one dump_op per call."""
 
-    __slots__ = ("client", "op_type", "name", "inputs", "outputs")
+    __slots__ = ("session", "op_type", "name", "inputs", "outputs")
 
-    def __init__(self, client: dumpd.Client, op_type: str, name: str, inputs: bool,
+    def __init__(self, session: _Session, op_type: str, name: str, inputs: bool,
                  outputs: bool) -> None:
-        self.client = client
+        self.session = session
         self.op_type = op_type
         self.name = name
         self.inputs = inputs
         self.outputs = outputs
 
     def __call__(self, module: torch.nn.Module, args: Tuple[Any, ...], output: Any) -> None:
-        client = self.client
-        want_in = self.inputs and client.should_dump(self.name, "input")
-        want_out = self.outputs and client.should_dump(self.name, "output")
-        if want_in or want_out:
-            client.dump_op(self.op_type, self.name,
-                           inputs=_items(args) if want_in else (),
-                           outputs=_items(output) if want_out else ())
+        self.session.dump(self.op_type, self.name, args, output, self.inputs, self.outputs)
 
 
 class _InputPreHook:
     """Forward pre-hook of an in-place module: dumps its inputs before they are overwritten."""
 
-    __slots__ = ("client", "op_type", "name")
+    __slots__ = ("session", "op_type", "name")
 
-    def __init__(self, client: dumpd.Client, op_type: str, name: str) -> None:
-        self.client = client
+    def __init__(self, session: _Session, op_type: str, name: str) -> None:
+        self.session = session
         self.op_type = op_type
         self.name = name
 
     def __call__(self, module: torch.nn.Module, args: Tuple[Any, ...]) -> None:
-        if self.client.should_dump(self.name, "input"):
-            self.client.dump_op(self.op_type, self.name, inputs=_items(args))
+        self.session.dump(self.op_type, self.name, args, (), True, False)
 
 
 class _BackwardHook:
     """Full backward hook: one backward-op record (grad_output in, grad_input out)."""
 
-    __slots__ = ("client", "op_type", "name", "inputs", "outputs")
+    __slots__ = ("session", "op_type", "name", "inputs", "outputs")
 
-    def __init__(self, client: dumpd.Client, op_type: str, name: str, inputs: bool,
+    def __init__(self, session: _Session, op_type: str, name: str, inputs: bool,
                  outputs: bool) -> None:
-        self.client = client
+        self.session = session
         self.op_type = op_type
         self.name = name
         self.inputs = inputs
@@ -200,13 +238,8 @@ class _BackwardHook:
 
     def __call__(self, module: torch.nn.Module, grad_input: Tuple[Any, ...],
                  grad_output: Tuple[Any, ...]) -> None:
-        client = self.client
-        want_in = self.inputs and client.should_dump(self.name, "input")
-        want_out = self.outputs and client.should_dump(self.name, "output")
-        if want_in or want_out:
-            client.dump_op(self.op_type, self.name,
-                           inputs=_items(grad_output) if want_in else (),
-                           outputs=_items(grad_input) if want_out else ())
+        self.session.dump(self.op_type, self.name, grad_output, grad_input, self.inputs,
+                          self.outputs)
 
 
 class AttachHandle:
@@ -214,14 +247,20 @@ class AttachHandle:
 
     ``names`` maps each hooked module's path ("features.0") to its full op name;
     ``gradient_names`` likewise for the backward ops (empty unless backward=True).
+    ``error`` is the DaemonError that stopped dumping under ``errors="warn"`` (else None).
     Also a context manager: hooks are removed when the ``with`` block ends.
     """
 
     def __init__(self, hooks: List[Any], names: Dict[str, str],
-                 gradient_names: Dict[str, str]) -> None:
+                 gradient_names: Dict[str, str], session: _Session) -> None:
         self._hooks = hooks
+        self._session = session
         self.names = names
         self.gradient_names = gradient_names
+
+    @property
+    def error(self) -> dumpd.DaemonError | None:
+        return self._session.error
 
     def remove(self) -> None:
         """Removes all hooks (idempotent)."""
@@ -237,19 +276,24 @@ class AttachHandle:
 
 
 def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
-           outputs: bool = True, backward: bool = False,
-           prefix: str = "Default") -> AttachHandle:
+           outputs: bool = True, backward: bool = False, prefix: str = "Default",
+           errors: str = "raise") -> AttachHandle:
     """Hooks every leaf module of `model` so each call dumps its inputs and outputs.
 
     inputs/outputs: which sides to dump at all (the job config's input_output and kernel
     filters apply on top). backward: also dump gradients via full backward hooks.
     prefix: the first component of every full name ("Default", as in MindSpore).
+    errors: what a DaemonError in a hook does (the daemon died, the session ended):
+    "raise" propagates it out of the model's forward/backward; "warn" issues one
+    RuntimeWarning and stops dumping, so training goes on (``handle.error`` keeps it).
     Returns an :class:`AttachHandle`; call ``.remove()`` to detach.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(client, dumpd.Client):
         raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
+    _check_errors(errors)
+    session = _Session(client, errors)
     modules = dict(model.named_modules())
     hooks: List[Any] = []
     names: Dict[str, str] = {}
@@ -261,64 +305,93 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
             in_place = bool(getattr(module, "inplace", False))
             if inputs and in_place:
                 hooks.append(module.register_forward_pre_hook(
-                    _InputPreHook(client, op_type, name)))
+                    _InputPreHook(session, op_type, name)))
             if outputs or (inputs and not in_place):
                 hooks.append(module.register_forward_hook(
-                    _ForwardHook(client, op_type, name, inputs and not in_place, outputs)))
+                    _ForwardHook(session, op_type, name, inputs and not in_place, outputs)))
             if backward:
                 grad_type = op_type + "Grad"
                 grad_name = _gradient_name(name, op_type)
                 gradient_names[path] = grad_name
                 hooks.append(module.register_full_backward_hook(
-                    _BackwardHook(client, grad_type, grad_name, inputs, outputs)))
+                    _BackwardHook(session, grad_type, grad_name, inputs, outputs)))
     except BaseException:
         for h in hooks:
             h.remove()
         raise
-    return AttachHandle(hooks, names, gradient_names)
+    return AttachHandle(hooks, names, gradient_names, session)
+
+
+def _guarded(errors: str, what: str, call: Any, *args: Any) -> None:
+    try:
+        call(*args)
+    except dumpd.DaemonError as e:
+        if errors == "raise":
+            raise
+        _warn(e, what)
 
 
 class StepScope:
     """Returned by :func:`step`. The iteration is already marked when it is created; used
     in a ``with`` block it can also flush when the block ends (``flush=True``)."""
 
-    def __init__(self, client: dumpd.Client, iteration: int, flush: bool) -> None:
+    def __init__(self, client: dumpd.Client, iteration: int, flush: bool, errors: str) -> None:
         self.client = client
         self.iteration = iteration
         self._flush = flush
+        self._errors = errors
 
     def __enter__(self) -> int:
         return self.iteration
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._flush and exc_type is None:
-            self.client.flush()
+            _guarded(self._errors, "flush failed", self.client.flush)
 
 
-def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *,
-         flush: bool = False) -> StepScope:
+def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool = False,
+         errors: str = "raise") -> StepScope:
     """Marks iteration `iteration` (of graph `graph_id`) for `client`.
 
     Works as a plain call (``dumpd.torch.step(client, i)``) or as a block::
 
         with dumpd.torch.step(client, i, flush=True):
             train_one_step()          # dumped under iteration i; flushed when the block ends
+
+    errors="warn" turns a DaemonError (session gone) into a RuntimeWarning.
     """
-    client.set_step(iteration, graph_id)
-    return StepScope(client, iteration, flush)
+    _check_errors(errors)
+    _guarded(errors, "cannot mark the step", client.set_step, iteration, graph_id)
+    return StepScope(client, iteration, flush, errors)
 
 
 def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph_id: int = 0,
-          flush: bool = False) -> Iterator[_T]:
+          flush: bool = False, errors: str = "raise") -> Iterator[_T]:
     """Yields the items of `iterable`, marking iteration start, start+1, ... before each.
 
     ``for batch in dumpd.torch.steps(client, loader): ...`` dumps batch k's step as
     iteration k (so ``for i in steps(client, range(n))`` has i == iteration). With
-    flush=True, each step is flushed before the next item is taken.
+    flush=True, each step is flushed before the next item is taken. errors="warn" turns a
+    DaemonError (session gone) into a RuntimeWarning and stops marking steps.
     """
+    _check_errors(errors)
+    failed = False
     for iteration, item in enumerate(iterable, start):
-        client.set_step(iteration, graph_id)
+        if not failed:
+            try:
+                client.set_step(iteration, graph_id)
+            except dumpd.DaemonError as e:
+                if errors == "raise":
+                    raise
+                failed = True
+                _warn(e, "cannot mark steps any more")
         yield item
-        if flush:
-            client.flush()
+        if flush and not failed:
+            try:
+                client.flush()
+            except dumpd.DaemonError as e:
+                if errors == "raise":
+                    raise
+                failed = True
+                _warn(e, "flush failed")
 

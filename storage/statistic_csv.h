@@ -1,0 +1,41 @@
+// statistic.csv text (spec section 5): the header line and one row per tensor.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config/dump_plan.h"
+#include "config/filter.h"
+#include "storage/dtype.h"
+#include "storage/statistics.h"
+
+namespace dumpd::storage {
+
+struct StatRow {
+  std::string_view op_type;  // primitive name, as given
+  std::string_view op_name;  // full scope name, unsanitised
+  uint32_t task_id = 0;
+  uint32_t stream_id = 0;
+  uint64_t timestamp_us = 0;
+  config::Io io = config::Io::kOutput;
+  uint32_t slot = 0;
+  uint64_t data_size = 0;  // bytes of the original tensor
+  DType dtype = DType::kFloat32;
+  std::span<const int64_t> shape;
+};
+
+// "Op Type,...,Shape" + ",<Header>" per category + "\n" (no trailing comma).
+std::string statisticCsvHeader(std::span<const config::StatCategory> categories);
+
+// What computeStats must produce for these categories.
+StatOptions statOptionsFor(std::span<const config::StatCategory> categories);
+
+// Appends one row: every field followed by ',' then "\n". A field holding ',', '"', CR or LF
+// is quoted RFC 4180 style (dumpd: MindSpore writes it raw and breaks the row); the shape is
+// always quoted ("[2,3]").
+void appendStatisticRow(std::string& out, const StatRow& row, const TensorStats& stats,
+                        std::span<const config::StatCategory> categories);
+
+}  // namespace dumpd::storage

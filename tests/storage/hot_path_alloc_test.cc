@@ -1,0 +1,85 @@
+// The per-tensor formatting and statistics code allocates nothing once warm: names, rows and
+// headers go into reused buffers, statistics into fixed accumulators.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "storage/names.h"
+#include "storage/npy.h"
+#include "storage/statistic_csv.h"
+#include "storage/statistics.h"
+
+namespace {
+std::atomic<size_t> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace dumpd::storage {
+namespace {
+
+class NullFile final : public WritableFile {
+ public:
+  const std::string& path() const override { return path_; }
+  uint64_t bytesWritten() const override { return written_; }
+  Status write(std::span<const ConstBuffer> buffers) override {
+    for (ConstBuffer b : buffers) written_ += b.size();
+    return {};
+  }
+  Status sync() override { return {}; }
+  Status commit() override { return {}; }
+  void abort() override {}
+
+ private:
+  std::string path_ = "null";
+  uint64_t written_ = 0;
+};
+
+TEST(HotPathAllocationTest, FormattingStatisticsAndNpyWritingAllocateNothingOnceWarm) {
+  std::vector<float> values(100000, 1.5f);
+  std::vector<uint16_t> bf16(100000, 0x3FC0);
+  std::vector<int64_t> shape = {100, 1000};
+  const std::vector<config::StatCategory> categories = {
+      config::StatCategory::kMax, config::StatCategory::kMin, config::StatCategory::kAvg,
+      config::StatCategory::kL2Norm, config::StatCategory::kMd5, config::StatCategory::kSha1};
+  const StatOptions options = statOptionsFor(categories);
+  std::string name, header, row;
+  name.reserve(512);
+  row.reserve(1024);
+  auto one_tensor = [&] {
+    NullFile file;
+    name.clear();
+    appendTensorFileName(name, {"MatMul", "Default/network/MatMul-op12", 1, 2, 1700000000000000,
+                                config::Io::kOutput, 0, "DefaultFormat", DType::kFloat32});
+    TensorStats stats;
+    ConstBuffer data(reinterpret_cast<const std::byte*>(values.data()), values.size() * 4);
+    computeStats(DType::kFloat32, values.size(), data, options, stats);
+    row.clear();
+    appendStatisticRow(row,
+                       {"MatMul", "Default/network/MatMul-op12", 1, 2, 1700000000000000,
+                        config::Io::kOutput, 0, data.size(), DType::kFloat32, shape},
+                       stats, categories);
+    buildNpyHeader(header, DType::kFloat32, shape);
+    ASSERT_TRUE(writeNpy(file, {DType::kFloat32, shape, values.size(), data}, header, false));
+    ConstBuffer raw(reinterpret_cast<const std::byte*>(bf16.data()), bf16.size() * 2);
+    buildNpyHeader(header, DType::kBFloat16, shape);
+    ASSERT_TRUE(writeNpy(file, {DType::kBFloat16, shape, bf16.size(), raw}, header, false));
+    ASSERT_TRUE(writeNpy(file, {DType::kBFloat16, shape, bf16.size(), raw}, header, true));
+  };
+  one_tensor();  // warm: thread-local buffers and contexts
+  size_t before = g_allocations.load();
+  for (int i = 0; i < 10; ++i) one_tensor();
+  EXPECT_EQ(g_allocations.load() - before, 0u);
+}
+
+}  // namespace
+}  // namespace dumpd::storage

@@ -1,0 +1,644 @@
+#include "storage/job_writer.h"
+
+#include <gtest/gtest.h>
+#include <lz4frame.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "storage/fault_injection.h"
+#include "storage/memory_file_system.h"
+#include "storage_test_util.h"
+
+namespace dumpd::storage {
+namespace {
+
+using config::Io;
+using testing::floatTensor;
+using testing::makePlan;
+using testing::makeTensor;
+using testing::OwnedOp;
+using testing::parseNpy;
+
+constexpr uint64_t kTs = 1700000000000000;
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+OwnedOp specExampleOp(uint64_t ts = kTs) {
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kInput, 0, {2, 3}, {1, 2, 3, 4, 5, 6}, ts));
+  op.tensors.push_back(floatTensor(Io::kInput, 1, {2, 3}, {7, 8, 9, 10, 11, 12}, ts + 1));
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {2, 3}, {8, 10, 12, 14, 16, 18}, ts + 2));
+  return op;
+}
+
+class JobWriterTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<JobWriter> make(const config::DumpPlan& plan, JobOptions options = {}) {
+    auto w = JobWriter::create(mem_, plan, std::move(options));
+    EXPECT_TRUE(w.has_value()) << (w ? "" : w.error().message);
+    return w ? std::move(w.value()) : nullptr;
+  }
+  // Regular files beneath `dir` (names relative to it), sorted.
+  std::vector<std::string> filesIn(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : mem_->list()) {
+      if (e.kind != MemoryFileSystem::Entry::Kind::kFile) continue;
+      if (e.path.rfind(dir + "/", 0) == 0 && e.path.find('/', dir.size() + 1) == std::string::npos) {
+        out.push_back(e.path.substr(dir.size() + 1));
+      }
+    }
+    return out;
+  }
+  std::string read(const std::string& path) { return mem_->readFile(path).value_or("<absent>"); }
+  std::vector<std::string> npyFilesIn(const std::string& dir) {
+    std::vector<std::string> out;
+    for (auto& f : filesIn(dir)) {
+      if (f.find(".npy") != std::string::npos) out.push_back(f);
+    }
+    return out;
+  }
+
+  std::shared_ptr<MemoryFileSystem> mem_ = std::make_shared<MemoryFileSystem>();
+};
+
+TEST_F(JobWriterTest, CreateWritesDumpMetadata) {
+  config::DumpPlan plan = makePlan();
+  JobOptions o;
+  o.rank = 3;
+  o.device_target = "GPU";
+  o.producer_version = "2.3.0";
+  auto w = make(plan, o);
+  EXPECT_EQ(read("rank_3/.dump_metadata/data_dump.json"), plan.config_text);
+  EXPECT_EQ(read("rank_3/.dump_metadata/config.json"),
+            "{\"device_target\":\"GPU\",\"ms_version\":\"2.3.0\"}");
+}
+
+TEST_F(JobWriterTest, BinFileFormatIsRefusedNotSilentlyWrittenAsNpy) {
+  config::DumpPlan plan = makePlan();
+  plan.file_format = config::FileFormat::kBin;
+  auto w = JobWriter::create(mem_, plan, {});
+  ASSERT_FALSE(w.has_value());
+  EXPECT_EQ(w.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(w.error().message.find("bin"), std::string::npos);
+}
+
+TEST_F(JobWriterTest, SpecExampleTreeNamesAndStatistics) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op = specExampleOp();
+  auto r = w->writeOp(op.record());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r.value().tensors_written, 3u);
+  EXPECT_EQ(filesIn("rank_0/Net/0/0"),
+            (std::vector<std::string>{
+                "Add.Default_Add-op0.0.0.1700000000000000.input.0.DefaultFormat.float32.npy",
+                "Add.Default_Add-op0.0.0.1700000000000001.input.1.DefaultFormat.float32.npy",
+                "Add.Default_Add-op0.0.0.1700000000000002.output.0.DefaultFormat.float32.npy",
+                "statistic.csv"}));
+  EXPECT_EQ(read("rank_0/Net/0/0/statistic.csv"),
+            "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
+            "Max Value,Min Value,L2Norm Value\n"
+            "Add,Default/Add-op0,0,0,1700000000000000,input,0,24,float32,\"[2,3]\",6,1,9.53939,\n"
+            "Add,Default/Add-op0,0,0,1700000000000001,input,1,24,float32,\"[2,3]\",12,7,23.6432,\n"
+            "Add,Default/Add-op0,0,0,1700000000000002,output,0,24,float32,\"[2,3]\",18,8,32.9242,"
+            "\n");
+  std::string out = read(
+      "rank_0/Net/0/0/Add.Default_Add-op0.0.0.1700000000000002.output.0.DefaultFormat.float32.npy");
+  auto info = parseNpy(out);
+  ASSERT_TRUE(info.ok);
+  EXPECT_EQ(info.descr, "<f4");
+  EXPECT_EQ(info.shape, (std::vector<int64_t>{2, 3}));
+  std::vector<float> values(6);
+  std::memcpy(values.data(), out.data() + info.data_offset, 24);
+  EXPECT_EQ(values, (std::vector<float>{8, 10, 12, 14, 16, 18}));
+  EXPECT_EQ(mem_->fileMode("rank_0/Net/0/0/Add.Default_Add-op0.0.0.1700000000000002.output.0."
+                           "DefaultFormat.float32.npy"),
+            0400u);
+  EXPECT_EQ(mem_->fileMode("rank_0/Net/0/0/statistic.csv"), 0644u);
+  auto c = w->counters();
+  EXPECT_EQ(c.tensors_written, 3u);
+  EXPECT_EQ(c.bytes_written, 3 * out.size());
+}
+
+TEST_F(JobWriterTest, GraphAndIterationNameTheDirectories) {
+  auto w = make(makePlan(config::SavedData::kTensor));
+  OwnedOp op = specExampleOp();
+  op.graph = 7;
+  op.iteration = 42;
+  ASSERT_TRUE(w->writeOp(op.record()));
+  EXPECT_EQ(npyFilesIn("rank_0/Net/7/42").size(), 3u);
+}
+
+TEST_F(JobWriterTest, InputOutputSelection) {
+  config::DumpPlan plan = makePlan(config::SavedData::kFull);
+  plan.input_output = config::IoSelect::kInputs;
+  {
+    auto w = make(plan);
+    OwnedOp op = specExampleOp();
+    ASSERT_TRUE(w->writeOp(op.record()));
+  }
+  auto files = npyFilesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 2u);
+  for (auto& f : files) EXPECT_NE(f.find(".input."), std::string::npos);
+  plan.input_output = config::IoSelect::kOutputs;
+  plan.net_name = "Out";
+  auto w = make(plan);
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  files = npyFilesIn("rank_0/Out/0/0");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find(".output.0."), std::string::npos);
+}
+
+TEST_F(JobWriterTest, SavedDataTensorWritesNoStatistics) {
+  auto w = make(makePlan(config::SavedData::kTensor));
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  EXPECT_EQ(filesIn("rank_0/Net/0/0").size(), 3u);
+  EXPECT_FALSE(mem_->exists("rank_0/Net/0/0/statistic.csv"));
+}
+
+TEST_F(JobWriterTest, SavedDataStatisticWritesOnlyRows) {
+  auto w = make(makePlan(config::SavedData::kStatistic));
+  OwnedOp op = specExampleOp();
+  auto r = w->writeOp(op.record());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r.value().tensors_written, 3u);  // rows
+  EXPECT_EQ(r.value().bytes_written, 0u);
+  EXPECT_EQ(filesIn("rank_0/Net/0/0"), std::vector<std::string>{"statistic.csv"});
+}
+
+TEST_F(JobWriterTest, TransFlagFalseKeepsTheProducersFormat) {
+  config::DumpPlan plan = makePlan(config::SavedData::kTensor);
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {1}, {1}));
+  op.tensors[0].format = "NC1HWC0";
+  {
+    auto w = make(plan);
+    ASSERT_TRUE(w->writeOp(op.record()));
+  }
+  EXPECT_NE(npyFilesIn("rank_0/Net/0/0")[0].find(".DefaultFormat."), std::string::npos);
+  plan.trans_flag = false;
+  plan.net_name = "Raw";
+  auto w = make(plan);
+  ASSERT_TRUE(w->writeOp(op.record()));
+  EXPECT_NE(npyFilesIn("rank_0/Raw/0/0")[0].find(".NC1HWC0.float32.npy"), std::string::npos);
+}
+
+TEST_F(JobWriterTest, OpTypeAndNameAreSanitizedInFileNamesOnly) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op;
+  op.op_type = "../Evil";
+  op.op_name = "Default/a b.c\\d";
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {1}, {1}));
+  ASSERT_TRUE(w->writeOp(op.record()));
+  auto files = npyFilesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].substr(0, 25), "___Evil.Default_a_b_c_d.0");
+  EXPECT_NE(read("rank_0/Net/0/0/statistic.csv").find("\n../Evil,Default/a b.c\\d,"),
+            std::string::npos);
+}
+
+TEST_F(JobWriterTest, ZeroElementTensorsWriteNothing) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {0, 3}, {}));
+  auto r = w->writeOp(op.record());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r.value().tensors_written, 0u);
+  EXPECT_FALSE(mem_->exists("rank_0/Net/0/0"));
+}
+
+TEST_F(JobWriterTest, ComplexTensorsGetANpyButNoRow) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op;
+  op.tensors.push_back(makeTensor(Io::kOutput, 0, DType::kComplex64, {2}, std::vector<float>{1, 2, 3, 4}));
+  op.tensors.push_back(floatTensor(Io::kOutput, 1, {1}, {5}));
+  ASSERT_TRUE(w->writeOp(op.record()));
+  EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 2u);
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 2);
+  EXPECT_EQ(csv.find("complex64"), std::string::npos);
+}
+
+TEST_F(JobWriterTest, Int4RowReportsPackedDataSizeAndLogicalShape) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op;
+  op.tensors.push_back(
+      makeTensor(Io::kOutput, 0, DType::kInt4, {2, 3}, std::vector<uint8_t>{0x21, 0x43, 0x65}));
+  ASSERT_TRUE(w->writeOp(op.record()));
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_NE(csv.find(",output,0,3,int4,\"[2,3]\",6,1,9.53939,\n"), std::string::npos) << csv;
+  auto files = npyFilesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find(".int4.npy"), std::string::npos);
+  auto info = parseNpy(read("rank_0/Net/0/0/" + files[0]));
+  EXPECT_TRUE(info.ok);
+  EXPECT_EQ(info.descr, "|i1");
+  EXPECT_EQ(info.shape, (std::vector<int64_t>{2, 3}));
+}
+
+TEST_F(JobWriterTest, SampleModeKeepsTheFirstSampleNumElements) {
+  config::DumpPlan plan = makePlan(config::SavedData::kFull);
+  plan.sample_mode = true;
+  plan.sample_num = 100;
+  auto w = make(plan);
+  std::vector<float> big(1000), small(50);
+  for (int i = 0; i < 1000; ++i) big[i] = static_cast<float>(i);
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {10, 100}, big));
+  op.tensors.push_back(floatTensor(Io::kOutput, 1, {5, 10}, small));
+  ASSERT_TRUE(w->writeOp(op.record()));
+  auto files = npyFilesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 2u);
+  auto sampled = parseNpy(read("rank_0/Net/0/0/" + files[0]));
+  ASSERT_TRUE(sampled.ok);
+  EXPECT_EQ(sampled.shape, std::vector<int64_t>{100});
+  std::string bytes = read("rank_0/Net/0/0/" + files[0]);
+  EXPECT_EQ(0, std::memcmp(bytes.data() + sampled.data_offset, big.data(), 400));
+  auto whole = parseNpy(read("rank_0/Net/0/0/" + files[1]));
+  EXPECT_EQ(whole.shape, (std::vector<int64_t>{5, 10}));
+  // Statistics describe the whole tensor.
+  EXPECT_NE(read("rank_0/Net/0/0/statistic.csv").find(",4000,float32,\"[10,100]\",999,0,"),
+            std::string::npos);
+}
+
+OwnedOp overflowOp(bool nan_in_output, bool nan_in_input, const std::string& name) {
+  OwnedOp op;
+  op.op_name = name;
+  op.tensors.push_back(floatTensor(Io::kInput, 0, {2}, {1, nan_in_input ? kNan : 2}));
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {2}, {3, nan_in_output ? kNan : 4}));
+  return op;
+}
+
+TEST_F(JobWriterTest, OverflowModeWritesOnlyOpsWithNonFiniteOutputs) {
+  config::DumpPlan plan = makePlan(config::SavedData::kFull);
+  plan.op_debug_mode = 3;
+  auto w = make(plan);
+  OwnedOp clean = overflowOp(false, false, "Default/Clean-op0");
+  OwnedOp input_only = overflowOp(false, true, "Default/InNan-op1");
+  OwnedOp overflow = overflowOp(true, false, "Default/Over-op2");
+  EXPECT_EQ(w->writeOp(clean.record()).value().tensors_written, 0u);
+  EXPECT_EQ(w->writeOp(input_only.record()).value().tensors_written, 0u);
+  EXPECT_EQ(w->writeOp(overflow.record()).value().tensors_written, 2u);  // inputs too
+  auto files = npyFilesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 2u);
+  for (auto& f : files) EXPECT_NE(f.find("Default_Over-op2"), std::string::npos);
+}
+
+TEST_F(JobWriterTest, OverflowNumberStopsAfterNOps) {
+  config::DumpPlan plan = makePlan(config::SavedData::kTensor);
+  plan.op_debug_mode = 3;
+  plan.overflow_number = 1;
+  auto w = make(plan);
+  OwnedOp first = overflowOp(true, false, "Default/A-op0");
+  OwnedOp second = overflowOp(true, false, "Default/B-op1");
+  EXPECT_EQ(w->writeOp(first.record()).value().tensors_written, 2u);
+  auto r = w->writeOp(second.record());
+  EXPECT_EQ(r.value().tensors_written, 0u);
+  EXPECT_EQ(r.value().tensors_dropped, 2u);
+  EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 2u);
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  auto line = nlohmann::json::parse(read("rank_0/.dump_metadata/manifest.jsonl"));
+  EXPECT_EQ(line["dropped"], 2);
+  EXPECT_EQ(line["reasons"][0], "overflow_number 1 reached");
+}
+
+TEST_F(JobWriterTest, KernelArgsJsonHasStringValues) {
+  config::DumpPlan plan = makePlan();
+  plan.save_kernel_args = true;
+  auto w = make(plan);
+  ASSERT_TRUE(w->writeKernelArgs(0, 2, "MatMul", "Default/MatMul-op3",
+                                 {{"transpose_a", "False"}, {"transpose_b", "True"}}));
+  EXPECT_EQ(read("rank_0/Net/0/2/MatMul.Default_MatMul-op3.json"),
+            "{\"transpose_a\": \"False\", \"transpose_b\": \"True\"}");
+}
+
+TEST_F(JobWriterTest, KernelArgsAreSkippedWhenThePlanSaysNo) {
+  auto w = make(makePlan());
+  ASSERT_TRUE(w->writeKernelArgs(0, 2, "MatMul", "Default/MatMul-op3", {{"a", "b"}}));
+  EXPECT_FALSE(mem_->exists("rank_0/Net/0/2"));
+}
+
+TEST_F(JobWriterTest, LongNamesGoThroughMappingCsv) {
+  auto w = make(makePlan(config::SavedData::kTensor));
+  OwnedOp op;
+  op.op_name = "Default/" + std::string(300, 'x');
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {1}, {1}));
+  op.tensors.push_back(floatTensor(Io::kOutput, 1, {1}, {2}));
+  ASSERT_TRUE(w->writeOp(op.record()));
+  auto files = filesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 3u);
+  std::string mapping = read("rank_0/Net/0/0/mapping.csv");
+  std::regex line_re("(\\d{16}\\.npy),(Add\\.Default_x{300}\\.0\\.0\\.\\d+\\.output\\.[01]\\."
+                     "DefaultFormat\\.float32\\.npy)\n");
+  auto begin = std::sregex_iterator(mapping.begin(), mapping.end(), line_re);
+  int lines = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    ++lines;
+    std::string short_name = (*it)[1];
+    EXPECT_TRUE(parseNpy(read("rank_0/Net/0/0/" + short_name)).ok) << short_name;
+  }
+  EXPECT_EQ(lines, 2);
+  EXPECT_EQ(mapping.find("Op Type"), std::string::npos);  // no header
+}
+
+TEST_F(JobWriterTest, ConstantsGoUnderTheGraph) {
+  auto w = make(makePlan());
+  auto t = floatTensor(Io::kOutput, 0, {2}, {1, 2}, 1700000000000123);
+  ASSERT_TRUE(w->writeConstant(4, "7", t.view()));
+  EXPECT_EQ(filesIn("rank_0/Net/4/constants"),
+            std::vector<std::string>{
+                "Parameter.data-7.0.0.1700000000000123.output.0.DefaultFormat.float32.npy"});
+}
+
+TEST_F(JobWriterTest, GraphFiles) {
+  auto w = make(makePlan());
+  ASSERT_TRUE(w->writeGraph(1, "graph text", "pb bytes"));
+  ASSERT_TRUE(w->writeGraph(2, "only ir", {}));
+  EXPECT_EQ(read("rank_0/graphs/ms_output_trace_code_graph_1.ir"), "graph text");
+  EXPECT_EQ(read("rank_0/graphs/ms_output_trace_code_graph_1.pb"), "pb bytes");
+  EXPECT_EQ(read("rank_0/graphs/ms_output_trace_code_graph_2.ir"), "only ir");
+  EXPECT_FALSE(mem_->exists("rank_0/graphs/ms_output_trace_code_graph_2.pb"));
+}
+
+TEST_F(JobWriterTest, ExecutionOrderFiles) {
+  auto w = make(makePlan());
+  ASSERT_TRUE(w->writeExecutionOrder(0, {"Default/Add-op0", "Default/Mul-op1"}));
+  EXPECT_EQ(read("rank_0/execution_order/ms_execution_order_graph_0.csv"),
+            "NodeExecutionOrder-FullNameWithScope\nDefault/Add-op0\nDefault/Mul-op1\n");
+  ASSERT_TRUE(w->appendGlobalExecutionOrder(0, 0));
+  ASSERT_TRUE(w->appendGlobalExecutionOrder(0, 1));
+  ASSERT_TRUE(w->appendGlobalExecutionOrder(0, 5));
+  EXPECT_EQ(read("rank_0/execution_order/ms_global_execution_order_graph_0.csv"), "0\n1\n5\n");
+}
+
+TEST_F(JobWriterTest, ManifestLinePerCompletedIterationAndIdempotent) {
+  auto w = make(makePlan(config::SavedData::kTensor));
+  OwnedOp op = specExampleOp();
+  auto r = w->writeOp(op.record());
+  uint64_t bytes = r.value().bytes_written;
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  ASSERT_TRUE(w->completeIteration(0, 1, 4, "backpressure: ring full"));
+  EXPECT_EQ(read("rank_0/.dump_metadata/manifest.jsonl"),
+            "{\"graph\":0,\"iteration\":0,\"tensors\":3,\"bytes\":" + std::to_string(bytes) +
+                ",\"dropped\":0,\"reasons\":[],\"complete\":true}\n"
+                "{\"graph\":0,\"iteration\":1,\"tensors\":0,\"bytes\":0,\"dropped\":4,"
+                "\"reasons\":[\"backpressure: ring full\"],\"complete\":true}\n");
+  EXPECT_EQ(w->counters().tensors_dropped, 4u);
+}
+
+TEST_F(JobWriterTest, FinishCompletesEveryOpenIteration) {
+  auto w = make(makePlan(config::SavedData::kTensor));
+  for (uint32_t it : {3u, 1u}) {
+    OwnedOp op = specExampleOp();
+    op.iteration = it;
+    ASSERT_TRUE(w->writeOp(op.record()));
+  }
+  ASSERT_TRUE(w->finish(2));
+  std::string manifest = read("rank_0/.dump_metadata/manifest.jsonl");
+  EXPECT_NE(manifest.find("\"iteration\":1,\"tensors\":3"), std::string::npos);
+  EXPECT_NE(manifest.find("\"iteration\":3,\"tensors\":3,\"bytes\":"), std::string::npos);
+  EXPECT_NE(manifest.find("\"dropped\":2,\"reasons\":[\"dropped before storage\"]"),
+            std::string::npos);
+  ASSERT_TRUE(w->finish());
+  EXPECT_EQ(read("rank_0/.dump_metadata/manifest.jsonl"), manifest);
+}
+
+TEST_F(JobWriterTest, WritingAfterCompletionReopensTheIteration) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  OwnedOp late = specExampleOp(kTs + 100);
+  ASSERT_TRUE(w->writeOp(late.record()));
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  std::string manifest = read("rank_0/.dump_metadata/manifest.jsonl");
+  EXPECT_EQ(std::count(manifest.begin(), manifest.end(), '\n'), 2);
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);  // one header, six rows
+}
+
+TEST_F(JobWriterTest, DurabilityNoneLosesUnsyncedDataInACrash) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  mem_->simulateCrash();
+  EXPECT_FALSE(mem_->exists("rank_0/.dump_metadata/manifest.jsonl"));
+}
+
+TEST_F(JobWriterTest, DurabilityIterationMakesACompletedIterationSurviveACrash) {
+  JobOptions o;
+  o.durability = config::Durability::kIteration;
+  auto w = make(makePlan(config::SavedData::kFull), o);
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  OwnedOp next = specExampleOp();
+  next.iteration = 1;
+  ASSERT_TRUE(w->writeOp(next.record()));
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  mem_->simulateCrash();
+  EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 3u);
+  for (auto& f : npyFilesIn("rank_0/Net/0/0")) EXPECT_TRUE(parseNpy(read("rank_0/Net/0/0/" + f)).ok);
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_NE(read("rank_0/.dump_metadata/manifest.jsonl").find("\"complete\":true"),
+            std::string::npos);
+  EXPECT_EQ(read("rank_0/.dump_metadata/data_dump.json"), makePlan().config_text);
+  // Iteration 1 was not completed: its files were never synced.
+  EXPECT_TRUE(npyFilesIn("rank_0/Net/0/1").empty());
+}
+
+TEST_F(JobWriterTest, DurabilityFileMakesEachFileSurviveACrash) {
+  JobOptions o;
+  o.durability = config::Durability::kFile;
+  auto w = make(makePlan(config::SavedData::kFull), o);
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  mem_->simulateCrash();
+  EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 3u);
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+}
+
+TEST_F(JobWriterTest, QuotaStopsPayloadsButStatisticsContinue) {
+  JobOptions o;
+  o.quota_bytes = 300;  // two 152-byte files do not fit
+  auto w = make(makePlan(config::SavedData::kFull), o);
+  OwnedOp op = specExampleOp();
+  auto r = w->writeOp(op.record());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r.value().tensors_written, 1u);
+  EXPECT_EQ(r.value().tensors_dropped, 2u);
+  EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 1u);
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  auto c = w->counters();
+  EXPECT_EQ(c.tensors_dropped, 2u);
+  EXPECT_NE(c.stop_reason.find("quota of 300 bytes"), std::string::npos) << c.stop_reason;
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  auto line = nlohmann::json::parse(read("rank_0/.dump_metadata/manifest.jsonl"));
+  EXPECT_EQ(line["dropped"], 2);
+  EXPECT_EQ(line["reasons"][0], c.stop_reason);
+  // Stopped for good: a small tensor that would fit is dropped too.
+  OwnedOp small;
+  small.iteration = 1;
+  small.tensors.push_back(floatTensor(Io::kOutput, 0, {1}, {1}));
+  EXPECT_EQ(w->writeOp(small.record()).value().tensors_dropped, 1u);
+}
+
+TEST_F(JobWriterTest, FreeSpaceWatermarkStopsPayloads) {
+  mem_->setCapacity(1600);  // ~1350 bytes free after the metadata files
+  JobOptions o;
+  o.min_free_bytes = 1500;
+  auto w = make(makePlan(config::SavedData::kFull), o);
+  OwnedOp op = specExampleOp();
+  auto r = w->writeOp(op.record());
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r.value().tensors_dropped, 3u);
+  auto c = w->counters();
+  EXPECT_NE(c.stop_reason.find("free space below"), std::string::npos) << c.stop_reason;
+  EXPECT_TRUE(npyFilesIn("rank_0/Net/0/0").empty());
+  EXPECT_TRUE(mem_->exists("rank_0/Net/0/0/statistic.csv"));
+}
+
+TEST_F(JobWriterTest, FreeSpaceIsNotAskedForEveryTensor) {
+  auto fault = std::make_shared<FaultInjectingFileSystem>(mem_);
+  JobOptions o;
+  o.min_free_bytes = 1;
+  auto w = JobWriter::create(fault, makePlan(config::SavedData::kTensor), o);
+  ASSERT_TRUE(w.has_value());
+  for (int i = 0; i < 20; ++i) {
+    OwnedOp op = specExampleOp(kTs + 10 * i);
+    ASSERT_TRUE(w.value()->writeOp(op.record()));
+  }
+  EXPECT_EQ(fault->calls(FsOp::kFreeBytes), 1u);
+}
+
+TEST_F(JobWriterTest, IterationDirectoriesAreResolvedOnce) {
+  auto fault = std::make_shared<FaultInjectingFileSystem>(mem_);
+  auto w = JobWriter::create(fault, makePlan(config::SavedData::kFull), {});
+  ASSERT_TRUE(w.has_value());
+  uint64_t after_create = fault->calls(FsOp::kOpenDirectory);
+  for (int i = 0; i < 10; ++i) {
+    OwnedOp op = specExampleOp(kTs + 10 * i);
+    ASSERT_TRUE(w.value()->writeOp(op.record()));
+  }
+  EXPECT_EQ(fault->calls(FsOp::kOpenDirectory), after_create + 1);
+  EXPECT_EQ(fault->calls(FsOp::kOpenAppend), 1u);  // statistic.csv, opened once
+}
+
+TEST_F(JobWriterTest, NoSpaceErrorNamesTheFileAndLeavesNothingPartial) {
+  mem_->setCapacity(1000);
+  auto w = make(makePlan(config::SavedData::kTensor));
+  std::vector<float> big(1000, 1.0f);
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {1000}, big));
+  auto r = w->writeOp(op.record());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kNoSpace);
+  EXPECT_NE(r.error().message.find("rank_0/Net/0/0/Add.Default_Add-op0.0.0."),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_TRUE(filesIn("rank_0/Net/0/0").empty());
+  auto c = w->counters();
+  EXPECT_EQ(c.write_errors, 1u);
+  EXPECT_EQ(c.last_error, r.error().message);
+  ASSERT_TRUE(w->completeIteration(0, 0));
+  auto line = nlohmann::json::parse(read("rank_0/.dump_metadata/manifest.jsonl"));
+  EXPECT_EQ(line["complete"], false);
+}
+
+TEST_F(JobWriterTest, MalformedTensorWritesNothing) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op = specExampleOp();
+  op.tensors[2].bytes.resize(20);  // 6 float32 need 24
+  auto r = w->writeOp(op.record());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message.find("needs 24"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(mem_->exists("rank_0/Net/0/0"));
+  OwnedOp neg;
+  neg.tensors.push_back(floatTensor(Io::kOutput, 0, {-1}, {}));
+  EXPECT_FALSE(w->writeOp(neg.record()).has_value());
+}
+
+TEST_F(JobWriterTest, MissingTimestampIsFilledWithNow) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {1}, {1}, 0));
+  ASSERT_TRUE(w->writeOp(op.record()));
+  auto files = npyFilesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 1u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(files[0], m, std::regex("\\.0\\.0\\.(\\d+)\\.output")));
+  uint64_t ts = std::stoull(m[1]);
+  EXPECT_GT(ts, kTs);
+  EXPECT_NE(read("rank_0/Net/0/0/statistic.csv").find("," + m[1].str() + ",output,"),
+            std::string::npos);
+}
+
+std::string lz4Decompress(const std::string& in) {
+  LZ4F_dctx* ctx = nullptr;
+  LZ4F_createDecompressionContext(&ctx, LZ4F_VERSION);
+  std::string out(1 << 20, '\0');
+  size_t dst = out.size(), src = in.size();
+  size_t r = LZ4F_decompress(ctx, out.data(), &dst, in.data(), &src, nullptr);
+  LZ4F_freeDecompressionContext(ctx);
+  if (LZ4F_isError(r) || r != 0) return "<bad frame>";
+  out.resize(dst);
+  return out;
+}
+
+TEST_F(JobWriterTest, Lz4CompressionWritesNpyLz4Files) {
+  JobOptions o;
+  o.compression = config::Compression::kLz4;
+  auto w = make(makePlan(config::SavedData::kTensor), o);
+  OwnedOp op = specExampleOp();
+  ASSERT_TRUE(w->writeOp(op.record()));
+  auto files = filesIn("rank_0/Net/0/0");
+  ASSERT_EQ(files.size(), 3u);
+  for (auto& f : files) {
+    EXPECT_EQ(f.substr(f.size() - 8), ".npy.lz4");
+    auto info = parseNpy(lz4Decompress(read("rank_0/Net/0/0/" + f)));
+    EXPECT_TRUE(info.ok) << f;
+  }
+}
+
+TEST_F(JobWriterTest, ConcurrentWritersNeverInterleaveRows) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  constexpr int kThreads = 4, kOps = 150;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOps; ++i) {
+        OwnedOp op = specExampleOp(kTs + static_cast<uint64_t>(t * 100000 + i * 10));
+        op.op_name = "Default/T" + std::to_string(t) + "-op" + std::to_string(i);
+        ASSERT_TRUE(w->writeOp(op.record()));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line.rfind("Op Type,", 0), 0u);
+  std::regex row("Add,Default/T\\d-op\\d+,0,0,\\d+,(input|output),[01],24,float32,\"\\[2,3\\]\","
+                 "\\d+,\\d+,[0-9.]+,");
+  int rows = 0;
+  while (std::getline(in, line)) {
+    ++rows;
+    EXPECT_TRUE(std::regex_match(line, row)) << line;
+  }
+  EXPECT_EQ(rows, kThreads * kOps * 3);
+  EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), static_cast<size_t>(kThreads * kOps * 3));
+  EXPECT_EQ(w->counters().tensors_written, static_cast<uint64_t>(kThreads * kOps * 3));
+}
+
+}  // namespace
+}  // namespace dumpd::storage

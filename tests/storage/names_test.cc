@@ -1,0 +1,101 @@
+#include "storage/names.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace dumpd::storage {
+namespace {
+
+TEST(NamesTest, SanitizeReplacesSlashBackslashDotSpace) {
+  EXPECT_EQ(sanitizeName("Default/Add-op0"), "Default_Add-op0");
+  EXPECT_EQ(sanitizeName("a\\b.c d"), "a_b_c_d");
+  EXPECT_EQ(sanitizeName("Default/network-WithLossCell/_backbone-AlexNet/conv3-Conv2d/Conv2D-op12"),
+            "Default_network-WithLossCell__backbone-AlexNet_conv3-Conv2d_Conv2D-op12");
+}
+
+TEST(NamesTest, SanitizeNeverYieldsEmptyDotOrDotDot) {
+  EXPECT_EQ(sanitizeName(""), "_");
+  EXPECT_EQ(sanitizeName("."), "_");
+  EXPECT_EQ(sanitizeName(".."), "__");
+}
+
+TEST(NamesTest, SanitizeReplacesControlBytes) {
+  EXPECT_EQ(sanitizeName(std::string("a\0b", 3)), "a_b");
+  EXPECT_EQ(sanitizeName("a\nb\x7f"), "a_b_");
+}
+
+TEST(NamesTest, TensorFileNameFollowsMindSporePattern) {
+  std::string out;
+  appendTensorFileName(out, {"Add", "Default/Add-op0", 0, 0, 1700000000123456,
+                             config::Io::kInput, 1, "DefaultFormat", DType::kFloat32});
+  EXPECT_EQ(out, "Add.Default_Add-op0.0.0.1700000000123456.input.1.DefaultFormat.float32.npy");
+}
+
+TEST(NamesTest, TensorFileNameSanitizesTypeAndFormat) {
+  std::string out;
+  appendTensorFileName(out, {"My.Op", "x", 7, 3, 5, config::Io::kOutput, 0, "NC1HWC0/x",
+                             DType::kBFloat16});
+  EXPECT_EQ(out, "My_Op.x.7.3.5.output.0.NC1HWC0_x.bfloat16.npy");
+}
+
+TEST(NamesTest, ShapeHasNoSpacesAndScalarIsEmpty) {
+  std::string out;
+  std::vector<int64_t> shape = {2, 3};
+  appendShape(out, shape);
+  EXPECT_EQ(out, "[2,3]");
+  out.clear();
+  appendShape(out, {});
+  EXPECT_EQ(out, "[]");
+}
+
+std::string ostreamText(double v) {
+  std::ostringstream ss;
+  ss << v;
+  return ss.str();
+}
+
+std::string statText(double v) {
+  std::string out;
+  appendStatNumber(out, v);
+  return out;
+}
+
+TEST(NamesTest, StatNumberMatchesSpecExamples) {
+  EXPECT_EQ(statText(9.539392), "9.53939");
+  EXPECT_EQ(statText(1.0), "1");
+  EXPECT_EQ(statText(1234567), "1.23457e+06");
+  EXPECT_EQ(statText(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(statText(-std::numeric_limits<double>::infinity()), "-inf");
+  EXPECT_EQ(statText(std::numeric_limits<double>::quiet_NaN()), "nan");
+  EXPECT_EQ(statText(-std::numeric_limits<double>::quiet_NaN()), "nan");
+}
+
+TEST(NamesTest, StatNumberMatchesOstreamForManyValues) {
+  const double samples[] = {0.0,     -0.0,     1e-300,   5e-324,      0.1,     0.5,
+                            123456,  1234567,  999999.5, 9999995,     1e100,   -2.5e-7,
+                            3.14159265358979, 23.643181, 32.924155, 0.0001, 0.00001,
+                            100000,  1e6,      -1e21,    65504,       1.0 / 3.0};
+  for (double v : samples) EXPECT_EQ(statText(v), ostreamText(v)) << v;
+  // Plus a sweep over many magnitudes.
+  for (int e = -40; e <= 40; ++e) {
+    for (double m : {1.0, 1.234565, 9.9999995, 4.0000005, 7.77777777}) {
+      double v = m * std::pow(10.0, e);
+      EXPECT_EQ(statText(v), ostreamText(v)) << v;
+      EXPECT_EQ(statText(-v), ostreamText(-v)) << -v;
+    }
+  }
+}
+
+TEST(NamesTest, RandomDigitsAreSixteenDigitsAndVary) {
+  std::string a = randomDigits();
+  std::string b = randomDigits();
+  EXPECT_EQ(a.size(), 16u);
+  EXPECT_EQ(a.find_first_not_of("0123456789"), std::string::npos);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace dumpd::storage
