@@ -428,6 +428,10 @@ void Session::consume() {
     (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
   }
   if (Status s = writer_->finish(dropped - dropped_reported_); !s) noteError(s.error().message);
+  publishUnusedKernels();
+  for (const std::string& k : filter_->unusedKernels()) {
+    spdlog::warn("session {}: unused kernel in job config: {}", id_, k);  // MindSpore logs this
+  }
   const storage::JobCounters jc = writer_->counters();
   spdlog::info("session {}: closed; {} tensors written ({} bytes), {} dropped, {} write errors",
                id_, counters_.tensors_written.load(), counters_.bytes_written.load(),
@@ -626,8 +630,15 @@ bool Session::handleControl(const ipc::RingConsumer::Record& r) {
   return true;
 }
 
+void Session::publishUnusedKernels() {
+  std::vector<std::string> unused = filter_->unusedKernels();
+  std::lock_guard lock(mu_);
+  unused_kernels_ = std::move(unused);
+}
+
 void Session::completeStep() {
   waitIdle();
+  publishUnusedKernels();
   if (!filter_->iterationSelected(step_iteration_)) return;
   const uint64_t dropped = ring_->droppedTensors();
   Status s = writer_->completeIteration(step_graph_, step_iteration_, dropped - dropped_reported_);
@@ -708,6 +719,7 @@ void Session::fillStatus(v1::SessionStatus* out) const {
   std::lock_guard lock(mu_);
   out->set_state(state_);
   out->set_last_error(last_error_);
+  for (const std::string& k : unused_kernels_) out->add_unused_kernels(k);
   if (writer_) out->set_stop_reason(writer_->counters().stop_reason);
 }
 

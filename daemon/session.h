@@ -87,6 +87,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool handleOp(const ipc::RingConsumer::Record& r);
   bool handleControl(const ipc::RingConsumer::Record& r);
   void completeStep();
+  // Copies the kernel entries that matched nothing so far to unused_kernels_ (for status).
+  void publishUnusedKernels();
   void waitIdle();
   void failFromConsumer(v1::Error::Code code, const std::string& message);
 
@@ -153,6 +155,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t first_pending_slot_ = 0;  // slot number of pending_.front()
   std::string last_error_;
   std::string state_ = "handshake";
+  std::vector<std::string> unused_kernels_;
 
   // Consumer-thread state.
   bool have_step_ = false;

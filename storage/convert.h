@@ -16,21 +16,27 @@ inline T loadUnaligned(const unsigned char* p) {
   return v;
 }
 
-// IEEE half -> float, exact for every input (normals, subnormals, inf, NaN payloads).
+// IEEE half -> float, exact for every input (normals, subnormals, inf, NaN payloads). Three
+// candidates and a select, no branch and no arithmetic on float subnormals (which costs ~100
+// cycles an operation on x86).
 inline float halfToFloat(uint16_t h) {
-  uint32_t magnitude = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  // Scaling by 2^112 moves the 5-bit exponent bias (15) to the 8-bit one (127); it also
-  // normalises half subnormals, which arrive here as float subnormals.
-  float scaled = std::bit_cast<float>(magnitude) * 0x1p112f;
-  // Exponent all ones (inf/NaN): keep the mantissa, set the float exponent to all ones.
-  float special = std::bit_cast<float>(magnitude | 0x7f800000u);
-  float value = (h & 0x7c00u) == 0x7c00u ? special : scaled;
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(value) | sign);
+  const uint32_t exponent = h & 0x7c00u;
+  const uint32_t shifted = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  // Normal: rebias the exponent from 15 to 127.
+  const float normal = std::bit_cast<float>(shifted + (112u << 23));
+  // Inf/NaN: exponent all ones, mantissa (NaN payload) kept.
+  const float special = std::bit_cast<float>(shifted | 0x7f800000u);
+  // Subnormal (and zero): mantissa * 2^-24, exact, and a normal float.
+  const float subnormal = static_cast<float>(h & 0x3ffu) * 0x1p-24f;
+  const float value = exponent == 0x7c00u ? special : (exponent == 0 ? subnormal : normal);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(value) |
+                              (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 
 // bfloat16 is the upper half of a float32: exact.
-inline float bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 // The low (first) and high (second) int4 of a byte, sign-extended from bit 3.
 inline int8_t int4Low(uint8_t b) { return static_cast<int8_t>(static_cast<uint8_t>(b << 4)) >> 4; }

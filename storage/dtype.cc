@@ -7,9 +7,9 @@ namespace {
 
 struct DTypeInfo {
   std::string_view name;
-  size_t size;              // bytes per source element (int4: 0, see sourceBytes)
-  DType stored;             // dtype written into the .npy
-  std::string_view descr;   // numpy descr of `stored` when stored == self
+  size_t size;             // bytes per source element (int4: 0, see sourceBytes)
+  DType stored;            // dtype written into the .npy
+  std::string_view descr;  // numpy descr of `stored` when stored == self
 };
 
 // Indexed by the wire value.

@@ -30,8 +30,8 @@ class FaultInjectingFileSystem final : public FileSystem {
   void failEvery(FsOp op, ErrorCode code = ErrorCode::kNoSpace);
   void clearFaults();
 
-  uint64_t calls() const;           // calls made so far (all kinds)
-  uint64_t calls(FsOp op) const;    // calls of one kind so far
+  uint64_t calls() const;         // calls made so far (all kinds)
+  uint64_t calls(FsOp op) const;  // calls of one kind so far
   uint64_t faultsInjected() const;
 
   struct State;

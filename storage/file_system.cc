@@ -16,15 +16,24 @@ constexpr std::string_view kTemporaryPrefix = ".dumpd-tmp-";
 
 std::string_view fsOpName(FsOp op) {
   switch (op) {
-    case FsOp::kOpenDirectory: return "open directory";
-    case FsOp::kNewFile: return "create";
-    case FsOp::kWrite: return "write";
-    case FsOp::kSyncFile: return "fsync";
-    case FsOp::kCommit: return "rename";
-    case FsOp::kOpenAppend: return "open";
-    case FsOp::kAppend: return "append";
-    case FsOp::kSyncDirectory: return "fsync directory";
-    case FsOp::kFreeBytes: return "statvfs";
+    case FsOp::kOpenDirectory:
+      return "open directory";
+    case FsOp::kNewFile:
+      return "create";
+    case FsOp::kWrite:
+      return "write";
+    case FsOp::kSyncFile:
+      return "fsync";
+    case FsOp::kCommit:
+      return "rename";
+    case FsOp::kOpenAppend:
+      return "open";
+    case FsOp::kAppend:
+      return "append";
+    case FsOp::kSyncDirectory:
+      return "fsync directory";
+    case FsOp::kFreeBytes:
+      return "statvfs";
   }
   return "unknown";
 }

@@ -115,8 +115,7 @@ class Directory {
   // Root-relative path ("" for the root).
   virtual const std::string& path() const = 0;
   // Starts file `name` (one component) under a temporary name; `mode` is the final mode.
-  virtual Result<std::unique_ptr<WritableFile>> newFile(std::string_view name,
-                                                        uint32_t mode) = 0;
+  virtual Result<std::unique_ptr<WritableFile>> newFile(std::string_view name, uint32_t mode) = 0;
   // Opens `name` for appending, creating it (mode 0644) when missing.
   virtual Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) = 0;
   // fsync of an existing file, by name.
@@ -149,8 +148,7 @@ struct PosixOptions {
 
 // The real file system beneath `root_dirfd`, which it takes ownership of (closed even on
 // error). An O_PATH|O_DIRECTORY fd, as the client sends it, is enough.
-Result<std::shared_ptr<FileSystem>> makePosixFileSystem(int root_dirfd,
-                                                        PosixOptions options = {});
+Result<std::shared_ptr<FileSystem>> makePosixFileSystem(int root_dirfd, PosixOptions options = {});
 // Opens `root_path` (O_PATH|O_DIRECTORY) and wraps it; for tools and tests.
 Result<std::shared_ptr<FileSystem>> openPosixFileSystem(const std::string& root_path,
                                                         PosixOptions options = {});

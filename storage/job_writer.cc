@@ -33,17 +33,20 @@ uint64_t iterationKey(uint32_t graph, uint32_t iteration) {
 
 bool ioSelected(config::IoSelect select, config::Io io) {
   switch (select) {
-    case config::IoSelect::kBoth: return true;
-    case config::IoSelect::kInputs: return io == config::Io::kInput;
-    case config::IoSelect::kOutputs: return io == config::Io::kOutput;
+    case config::IoSelect::kBoth:
+      return true;
+    case config::IoSelect::kInputs:
+      return io == config::Io::kInput;
+    case config::IoSelect::kOutputs:
+      return io == config::Io::kOutput;
   }
   return true;
 }
 
 // A JSON string literal; invalid UTF-8 is replaced rather than thrown about.
 std::string jsonString(std::string_view s) {
-  return nlohmann::json(std::string(s)).dump(-1, ' ', false,
-                                             nlohmann::json::error_handler_t::replace);
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Per-thread scratch strings: names, headers and rows are built without allocating once warm.
@@ -70,7 +73,8 @@ Result<uint64_t> checkTensor(const TensorView& t, std::string_view op_name) {
   uint64_t n = 1;
   for (int64_t d : t.shape) {
     if (d < 0) return bad("negative dimension");
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > (uint64_t{1} << 60)) {
+    // 2^56 elements of at most 16 bytes: byte counts below can never overflow.
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > (uint64_t{1} << 56)) {
       return bad("too many elements");
     }
   }
@@ -149,9 +153,12 @@ struct JobWriter::Impl {
 
   SyncPolicy tensorSync() const {
     switch (options.durability) {
-      case Durability::kNone: return SyncPolicy::kNone;
-      case Durability::kIteration: return SyncPolicy::kDeferred;
-      case Durability::kFile: return SyncPolicy::kNow;
+      case Durability::kNone:
+        return SyncPolicy::kNone;
+      case Durability::kIteration:
+        return SyncPolicy::kDeferred;
+      case Durability::kFile:
+        return SyncPolicy::kNow;
     }
     return SyncPolicy::kNone;
   }
@@ -427,8 +434,8 @@ struct JobWriter::Impl {
       Scratch& s = scratch();
       s.row.clear();
       appendStatisticRow(s.row,
-                         {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io,
-                          t.slot, t.data.size(), t.dtype, t.shape},
+                         {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
+                          t.data.size(), t.dtype, t.shape},
                          stats, plan.statistic_category);
       if (Status st = appendLine(ds, /*stat_csv=*/true, s.row); !st) return st;
       if (!want_payload) {
@@ -532,8 +539,7 @@ Result<std::unique_ptr<JobWriter>> JobWriter::create(std::shared_ptr<FileSystem>
     return r.error();
   }
   std::string config_json = "{\"device_target\":" + jsonString(impl->options.device_target) +
-                            ",\"ms_version\":" + jsonString(impl->options.producer_version) +
-                            "}";
+                            ",\"ms_version\":" + jsonString(impl->options.producer_version) + "}";
   if (auto r = impl->publishText(*impl->metadata, "config.json", config_json, sync); !r) {
     return r.error();
   }
@@ -642,8 +648,7 @@ Status JobWriter::writeGraph(uint32_t graph_id, std::string_view ir_text,
   return {};
 }
 
-Status JobWriter::writeExecutionOrder(uint32_t graph_id,
-                                      const std::vector<std::string>& op_names) {
+Status JobWriter::writeExecutionOrder(uint32_t graph_id, const std::vector<std::string>& op_names) {
   Impl& m = *impl_;
   auto ds = m.rankSubdir("execution_order");
   if (!ds) return m.recordError(ds.error());
@@ -677,8 +682,8 @@ Status JobWriter::appendGlobalExecutionOrder(uint32_t graph_id, uint32_t iterati
   return {};
 }
 
-Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration,
-                                  std::string_view op_type, std::string_view op_name,
+Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,
+                                  std::string_view op_name,
                                   const std::vector<std::pair<std::string, std::string>>& args) {
   Impl& m = *impl_;
   if (!m.plan.save_kernel_args) return {};

@@ -24,17 +24,17 @@ namespace dumpd::storage {
 struct JobOptions {
   uint32_t rank = 0;
   std::string device_target = "CPU";  // config.json "device_target"
-  std::string producer_version;        // config.json "ms_version"
+  std::string producer_version;       // config.json "ms_version"
   config::Durability durability = config::Durability::kNone;
   config::Compression compression = config::Compression::kNone;
-  uint64_t quota_bytes = 0;      // 0 = unlimited payload bytes for this job
-  uint64_t min_free_bytes = 0;   // stop payloads when the file system has less free space
+  uint64_t quota_bytes = 0;     // 0 = unlimited payload bytes for this job
+  uint64_t min_free_bytes = 0;  // stop payloads when the file system has less free space
 };
 
 // What one writeOp did.
 struct OpOutcome {
-  uint32_t tensors_written = 0;   // payload files (or statistic rows when only statistics)
-  uint32_t tensors_dropped = 0;   // payload skipped by quota/watermark/overflow limit
+  uint32_t tensors_written = 0;  // payload files (or statistic rows when only statistics)
+  uint32_t tensors_dropped = 0;  // payload skipped by quota/watermark/overflow limit
   uint64_t bytes_written = 0;
 };
 
@@ -51,6 +51,7 @@ class JobWriter {
  public:
   // `fs` is the seam all file operations go through, rooted at the dump root (plan.path).
   // Writes .dump_metadata/data_dump.json and config.json under rank_{rank}/ (once).
+  // A plan with file_format "bin" is refused (kInvalidArgument): only npy is written so far.
   static Result<std::unique_ptr<JobWriter>> create(std::shared_ptr<FileSystem> fs,
                                                    const config::DumpPlan& plan,
                                                    JobOptions options);
@@ -78,10 +79,13 @@ class JobWriter {
   // Marks an iteration complete: closes its appenders, fsyncs per the durability setting,
   // appends a line to .dump_metadata/manifest.jsonl. Idempotent per (graph, iteration).
   // `dropped_upstream` adds tensors dropped before storage (backpressure drop).
+  // REQUIRES: no writeOp of this iteration in flight. A later writeOp reopens the iteration,
+  // and its next completion appends another manifest line (the last line counts).
   Status completeIteration(uint32_t graph_id, uint32_t iteration, uint64_t dropped_upstream = 0,
                            std::string_view reason = {});
 
-  // Completes every iteration still open (session end). 
+  // Completes every iteration still open (session end). `dropped_upstream` is charged to the
+  // last of them (in (graph, iteration) order); with none open it only counts in counters().
   Status finish(uint64_t dropped_upstream = 0);
 
   JobCounters counters() const;

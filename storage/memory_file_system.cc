@@ -153,8 +153,7 @@ class MemDirectory final : public Directory {
       node_->children[tmp] = file;
     }
     return std::unique_ptr<WritableFile>(std::make_unique<MemWritableFile>(
-        shared_, node_, std::move(file), std::move(tmp), std::string(name),
-        joinPath(path_, name)));
+        shared_, node_, std::move(file), std::move(tmp), std::string(name), joinPath(path_, name)));
   }
 
   Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) override {

@@ -179,8 +179,7 @@ uint64_t npyFileSize(const NpyPayload& payload, uint64_t header_size) {
   return header_size + payload.elements * dtypeSize(storedDType(payload.dtype));
 }
 
-Status writeNpy(WritableFile& file, const NpyPayload& payload, std::string_view header,
-                bool lz4) {
+Status writeNpy(WritableFile& file, const NpyPayload& payload, std::string_view header, bool lz4) {
   if (!lz4) {
     return produce(payload, header, [&file](ConstBuffer first, ConstBuffer second) {
       ConstBuffer buffers[2] = {first, second};

@@ -33,7 +33,6 @@ uint64_t npyFileSize(const NpyPayload& payload, uint64_t header_size);
 // Writes the .npy into `file`, as an LZ4 frame when `lz4`: `header` (from buildNpyHeader for
 // the payload's dtype and shape) then the data, straight from `payload.data` (one writev with
 // the header) unless converting or compressing.
-Status writeNpy(WritableFile& file, const NpyPayload& payload, std::string_view header,
-                bool lz4);
+Status writeNpy(WritableFile& file, const NpyPayload& payload, std::string_view header, bool lz4);
 
 }  // namespace dumpd::storage

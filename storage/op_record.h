@@ -15,7 +15,7 @@ struct TensorView {
   config::Io io = config::Io::kOutput;
   uint32_t slot = 0;
   DType dtype = DType::kFloat32;
-  std::span<const int64_t> shape;  // logical shape (int4: the unpacked last dimension)
+  std::span<const int64_t> shape;             // logical shape (int4: the unpacked last dimension)
   std::string_view format = "DefaultFormat";  // producer's format string (trans_flag false)
   uint64_t timestamp_us = 0;                  // wall clock, microseconds since the epoch
   std::span<const std::byte> data;            // sourceBytes(dtype, elements) bytes

@@ -143,8 +143,7 @@ class PosixAppendFile final : public AppendFile {
   std::string path_;
 };
 
-class PosixDirectory final : public Directory,
-                             public std::enable_shared_from_this<PosixDirectory> {
+class PosixDirectory final : public Directory, public std::enable_shared_from_this<PosixDirectory> {
  public:
   PosixDirectory(UniqueFd fd, std::string path, std::shared_ptr<OwnerPolicy> owner)
       : fd_(std::move(fd)), path_(std::move(path)), owner_(std::move(owner)) {}
@@ -207,8 +206,8 @@ int PosixWritableFile::dirfd() const { return dir_->fd(); }
 Status PosixWritableFile::write(std::span<const ConstBuffer> buffers) {
   constexpr size_t kMaxIov = IOV_MAX < 64 ? IOV_MAX : 64;
   struct iovec iov[kMaxIov];
-  size_t next = 0;     // first buffer not yet (wholly) queued
-  size_t offset = 0;   // bytes of buffers[next] already written
+  size_t next = 0;    // first buffer not yet (wholly) queued
+  size_t offset = 0;  // bytes of buffers[next] already written
   while (next < buffers.size()) {
     size_t count = 0;
     for (size_t i = next; i < buffers.size() && count < kMaxIov; ++i) {

@@ -76,17 +76,39 @@ void appendStatisticRow(std::string& out, const StatRow& row, const TensorStats&
   out.append("\",");
   for (StatCategory c : categories) {
     switch (c) {
-      case StatCategory::kMax: appendNumber(out, stats.max); break;
-      case StatCategory::kMin: appendNumber(out, stats.min); break;
-      case StatCategory::kAvg: appendNumber(out, stats.avg); break;
-      case StatCategory::kCount: appendCount(out, stats.count); break;
-      case StatCategory::kNegativeZeroCount: appendCount(out, stats.negative); break;
-      case StatCategory::kPositiveZeroCount: appendCount(out, stats.positive); break;
-      case StatCategory::kNanCount: appendCount(out, stats.nan); break;
-      case StatCategory::kNegativeInfCount: appendCount(out, stats.negative_inf); break;
-      case StatCategory::kPositiveInfCount: appendCount(out, stats.positive_inf); break;
-      case StatCategory::kZeroCount: appendCount(out, stats.zero); break;
-      case StatCategory::kL2Norm: appendNumber(out, stats.l2norm); break;
+      case StatCategory::kMax:
+        appendNumber(out, stats.max);
+        break;
+      case StatCategory::kMin:
+        appendNumber(out, stats.min);
+        break;
+      case StatCategory::kAvg:
+        appendNumber(out, stats.avg);
+        break;
+      case StatCategory::kCount:
+        appendCount(out, stats.count);
+        break;
+      case StatCategory::kNegativeZeroCount:
+        appendCount(out, stats.negative);
+        break;
+      case StatCategory::kPositiveZeroCount:
+        appendCount(out, stats.positive);
+        break;
+      case StatCategory::kNanCount:
+        appendCount(out, stats.nan);
+        break;
+      case StatCategory::kNegativeInfCount:
+        appendCount(out, stats.negative_inf);
+        break;
+      case StatCategory::kPositiveInfCount:
+        appendCount(out, stats.positive_inf);
+        break;
+      case StatCategory::kZeroCount:
+        appendCount(out, stats.zero);
+        break;
+      case StatCategory::kL2Norm:
+        appendNumber(out, stats.l2norm);
+        break;
       case StatCategory::kMd5:
         appendHex(out, stats.md5);
         out.push_back(',');

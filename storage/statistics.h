@@ -12,8 +12,8 @@
 namespace dumpd::storage {
 
 struct TensorStats {
-  uint64_t count = 0;     // elements
-  double max = 0;         // NaN when any element is NaN
+  uint64_t count = 0;  // elements
+  double max = 0;      // NaN when any element is NaN
   double min = 0;
   double avg = 0;
   double l2norm = 0;      // sqrt(sum x^2)

@@ -35,8 +35,8 @@ class WriterPool {
   // Waits until every task submitted before the call has finished.
   void drain();
 
-  uint64_t pendingBytes() const;    // queued + running
-  uint64_t pendingTasks() const;    // queued + running
+  uint64_t pendingBytes() const;  // queued + running
+  uint64_t pendingTasks() const;  // queued + running
   uint64_t capacityBytes() const { return capacity_; }
 
  private:
@@ -46,8 +46,8 @@ class WriterPool {
     uint64_t seq = 0;  // submission order, for drain()
   };
   void run();
-  bool fits(uint64_t bytes) const;    // REQUIRES: mu_ held
-  uint64_t oldestPending() const;     // REQUIRES: mu_ held; next_seq_ when nothing pending
+  bool fits(uint64_t bytes) const;  // REQUIRES: mu_ held
+  uint64_t oldestPending() const;   // REQUIRES: mu_ held; next_seq_ when nothing pending
 
   const uint64_t capacity_;
   mutable std::mutex mu_;

@@ -99,11 +99,15 @@ def test_iteration_filter(daemon, workdir):
 
 def test_kernel_filter_by_type_and_regex(daemon, workdir):
     cfg = write_config(workdir, dump_mode=1,
-                       kernels=["relu", "name-regex(Default/network/layer1/Conv2D-op\\d+)"])
+                       kernels=["relu", "name-regex(Default/network/layer1/Conv2D-op\\d+)",
+                                "softmax"])
     run_producer(daemon, cfg, "--iterations", 1, "--layers", 2, "--elements", 8)
     ops = sorted({(parse_name(f)["op_type"], op_index(parse_name(f)["op_name"]))
                   for f in npy_files(workdir / "dump")})
     assert ops == [("Conv2D", 5), ("ReLU", 2), ("ReLU", 7)]
+    wait_for(lambda: "unused kernel in job config: softmax" in daemon.logtext(),
+             what="the unused-kernel report")
+    assert "unused kernel in job config: relu" not in daemon.logtext()
 
 
 def test_io_filter_outputs_only(daemon, workdir):

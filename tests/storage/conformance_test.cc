@@ -109,9 +109,14 @@ TEST_F(ConformanceTest, SpecSection7WorkedExample) {
   EXPECT_EQ(readFile(path("rank_0/Net/0/0/statistic.csv")),
             "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
             "Max Value,Min Value,L2Norm Value\n"
-            "Add,Default/Add-op0,0,0," + ts["input.0"] + ",input,0,24,float32,\"[2,3]\",6,1,9.53939,\n"
-            "Add,Default/Add-op0,0,0," + ts["input.1"] + ",input,1,24,float32,\"[2,3]\",12,7,23.6432,\n"
-            "Add,Default/Add-op0,0,0," + ts["output.0"] + ",output,0,24,float32,\"[2,3]\",18,8,32.9242,\n");
+            "Add,Default/Add-op0,0,0," +
+                ts["input.0"] +
+                ",input,0,24,float32,\"[2,3]\",6,1,9.53939,\n"
+                "Add,Default/Add-op0,0,0," +
+                ts["input.1"] +
+                ",input,1,24,float32,\"[2,3]\",12,7,23.6432,\n"
+                "Add,Default/Add-op0,0,0," +
+                ts["output.0"] + ",output,0,24,float32,\"[2,3]\",18,8,32.9242,\n");
   json parsed = runJson("csv " + path("rank_0/Net/0/0/statistic.csv"));
   ASSERT_EQ(parsed["rows"].size(), 3u);
   EXPECT_EQ(parsed["rows"][0][9], "[2,3]");
@@ -136,30 +141,61 @@ TEST_F(ConformanceTest, EveryDtypeRoundTripsThroughNumpy) {
   const std::vector<DtypeCase> cases = {
       {DType::kBool, {1, 0, 1}, {3}, "bool", "[true,false,true]"},
       {DType::kInt8, bytesOf(std::vector<int8_t>{-128, 0, 127}), {3}, "int8", "[-128,0,127]"},
-      {DType::kInt16, bytesOf(std::vector<int16_t>{-32768, 1, 32767}), {3}, "int16",
+      {DType::kInt16,
+       bytesOf(std::vector<int16_t>{-32768, 1, 32767}),
+       {3},
+       "int16",
        "[-32768,1,32767]"},
-      {DType::kInt32, bytesOf(std::vector<int32_t>{-5, 6, 7, 8}), {2, 2}, "int32", "[[-5,6],[7,8]]"},
-      {DType::kInt64, bytesOf(std::vector<int64_t>{-(int64_t{1} << 62), 9}), {2}, "int64",
+      {DType::kInt32,
+       bytesOf(std::vector<int32_t>{-5, 6, 7, 8}),
+       {2, 2},
+       "int32",
+       "[[-5,6],[7,8]]"},
+      {DType::kInt64,
+       bytesOf(std::vector<int64_t>{-(int64_t{1} << 62), 9}),
+       {2},
+       "int64",
        "[-4611686018427387904,9]"},
       {DType::kUInt8, {0, 255}, {2}, "uint8", "[0,255]"},
       {DType::kUInt16, bytesOf(std::vector<uint16_t>{65535}), {1}, "uint16", "[65535]"},
       {DType::kUInt32, bytesOf(std::vector<uint32_t>{4294967295u}), {1}, "uint32", "[4294967295]"},
-      {DType::kUInt64, bytesOf(std::vector<uint64_t>{18446744073709551615ull}), {1}, "uint64",
+      {DType::kUInt64,
+       bytesOf(std::vector<uint64_t>{18446744073709551615ull}),
+       {1},
+       "uint64",
        "[18446744073709551615]"},
-      {DType::kFloat16, bytesOf(std::vector<uint16_t>{0x3C00, 0xC000, 0x7BFF, 0x0001}), {4},
-       "float16", "[1.0,-2.0,65504.0,5.960464477539063e-08]"},
-      {DType::kFloat32, bytesOf(std::vector<float>{1.5f, -0.25f}), {1, 2}, "float32",
+      {DType::kFloat16,
+       bytesOf(std::vector<uint16_t>{0x3C00, 0xC000, 0x7BFF, 0x0001}),
+       {4},
+       "float16",
+       "[1.0,-2.0,65504.0,5.960464477539063e-08]"},
+      {DType::kFloat32,
+       bytesOf(std::vector<float>{1.5f, -0.25f}),
+       {1, 2},
+       "float32",
        "[[1.5,-0.25]]"},
-      {DType::kFloat64, bytesOf(std::vector<double>{3.141592653589793}), {}, "float64",
+      {DType::kFloat64,
+       bytesOf(std::vector<double>{3.141592653589793}),
+       {},
+       "float64",
        "3.141592653589793"},
-      {DType::kBFloat16, bytesOf(std::vector<uint16_t>{0x3FC0, 0xC000, 0x4049, 0x7F7F}), {2, 2},
-       "float32", "[[1.5,-2.0],[3.140625,3.3895313892515355e+38]]"},
+      {DType::kBFloat16,
+       bytesOf(std::vector<uint16_t>{0x3FC0, 0xC000, 0x4049, 0x7F7F}),
+       {2, 2},
+       "float32",
+       "[[1.5,-2.0],[3.140625,3.3895313892515355e+38]]"},
       {DType::kInt4, {0x7F, 0x08, 0x9A}, {5}, "int8", "[-1,7,-8,0,-6]"},
       {DType::kInt4, {0x21, 0x43, 0xF5, 0x87}, {2, 4}, "int8", "[[1,2,3,4],[5,-1,7,-8]]"},
       {DType::kUInt1, {1, 0, 0, 1}, {4}, "uint8", "[1,0,0,1]"},
-      {DType::kComplex64, bytesOf(std::vector<float>{1, 2, -3, 4}), {2}, "complex64",
+      {DType::kComplex64,
+       bytesOf(std::vector<float>{1, 2, -3, 4}),
+       {2},
+       "complex64",
        "[[1.0,2.0],[-3.0,4.0]]"},
-      {DType::kComplex128, bytesOf(std::vector<double>{0.5, -0.5}), {1}, "complex128",
+      {DType::kComplex128,
+       bytesOf(std::vector<double>{0.5, -0.5}),
+       {1},
+       "complex128",
        "[[0.5,-0.5]]"},
   };
   auto w = make(makePlan(config::SavedData::kTensor));
@@ -193,14 +229,19 @@ TEST_F(ConformanceTest, EveryDtypeRoundTripsThroughNumpy) {
 TEST_F(ConformanceTest, NanAndInfStatisticsWithEveryCategory) {
   config::DumpPlan plan = makePlan(config::SavedData::kFull);
   using config::StatCategory;
-  plan.statistic_category = {
-      StatCategory::kMax,           StatCategory::kMin,
-      StatCategory::kAvg,           StatCategory::kCount,
-      StatCategory::kNegativeZeroCount, StatCategory::kPositiveZeroCount,
-      StatCategory::kNanCount,      StatCategory::kNegativeInfCount,
-      StatCategory::kPositiveInfCount, StatCategory::kZeroCount,
-      StatCategory::kL2Norm,        StatCategory::kMd5,
-      StatCategory::kSha1};
+  plan.statistic_category = {StatCategory::kMax,
+                             StatCategory::kMin,
+                             StatCategory::kAvg,
+                             StatCategory::kCount,
+                             StatCategory::kNegativeZeroCount,
+                             StatCategory::kPositiveZeroCount,
+                             StatCategory::kNanCount,
+                             StatCategory::kNegativeInfCount,
+                             StatCategory::kPositiveInfCount,
+                             StatCategory::kZeroCount,
+                             StatCategory::kL2Norm,
+                             StatCategory::kMd5,
+                             StatCategory::kSha1};
   auto w = make(plan);
   OwnedOp op;
   op.tensors.push_back(floatTensor(Io::kOutput, 0, {7}, {1, kNan, -kInf, kInf, 0.0f, -0.0f, -2}));
@@ -246,9 +287,10 @@ TEST_F(ConformanceTest, LongNamesAreMappedAndLoadable) {
   auto mapping = readFile(path("rank_0/Net/0/0/mapping.csv"));
   ASSERT_TRUE(mapping.has_value());
   std::smatch m;
-  ASSERT_TRUE(std::regex_match(*mapping, m, std::regex("(\\d{16}\\.npy),(Add\\.Default_n{250}_"
-                                                       "Conv2D-op7\\.0\\.0\\.\\d+\\.output\\.0\\."
-                                                       "DefaultFormat\\.float32\\.npy)\n")))
+  ASSERT_TRUE(std::regex_match(*mapping, m,
+                               std::regex("(\\d{16}\\.npy),(Add\\.Default_n{250}_"
+                                          "Conv2D-op7\\.0\\.0\\.\\d+\\.output\\.0\\."
+                                          "DefaultFormat\\.float32\\.npy)\n")))
       << *mapping;
   auto files = load("rank_0/Net/0/0");
   ASSERT_EQ(files.size(), 1u);
@@ -346,13 +388,15 @@ TEST_F(ConformanceTest, Lz4CommandLineRestoresTheExactNpy) {
   auto plain = make(plan);
   OwnedOp op = make_op();
   ASSERT_TRUE(plain->writeOp(op.record()));
-  for (const char* name : {"Add.Default_Add-op0.0.0.1700000000000000.output.0.DefaultFormat.float32.npy",
-                           "Add.Default_Add-op0.0.0.1700000000000000.output.1.DefaultFormat.bfloat16.npy"}) {
+  for (const char* name :
+       {"Add.Default_Add-op0.0.0.1700000000000000.output.0.DefaultFormat.float32.npy",
+        "Add.Default_Add-op0.0.0.1700000000000000.output.1.DefaultFormat.bfloat16.npy"}) {
     std::string lz4 = path("rank_0/Net/0/0/") + name + ".lz4";
     ASSERT_TRUE(readFile(lz4).has_value()) << lz4;
     std::string restored = root_.path() + "/restored.npy";
     int status = 0;
-    std::string out = testing::runCommand("lz4 -d -q -f '" + lz4 + "' '" + restored + "' 2>&1", &status);
+    std::string out =
+        testing::runCommand("lz4 -d -q -f '" + lz4 + "' '" + restored + "' 2>&1", &status);
     ASSERT_EQ(status, 0) << out;
     EXPECT_EQ(readFile(restored), readFile(path("rank_0/Plain/0/0/") + name)) << name;
     json j = runJson("file " + restored);

@@ -6,10 +6,10 @@ namespace dumpd::storage {
 namespace {
 
 TEST(DTypeTest, NamesAreMindSporeLowerCaseAndRoundTrip) {
-  const char* expected[kDTypeCount] = {
-      "bool",    "int8",    "int16",   "int32",    "int64", "uint8",
-      "uint16",  "uint32",  "uint64",  "float16",  "float32", "float64",
-      "bfloat16", "int4",   "uint1",   "complex64", "complex128"};
+  const char* expected[kDTypeCount] = {"bool",      "int8",      "int16",    "int32",  "int64",
+                                       "uint8",     "uint16",    "uint32",   "uint64", "float16",
+                                       "float32",   "float64",   "bfloat16", "int4",   "uint1",
+                                       "complex64", "complex128"};
   for (int i = 0; i < kDTypeCount; ++i) {
     DType t = static_cast<DType>(i);
     EXPECT_EQ(dtypeName(t), expected[i]);

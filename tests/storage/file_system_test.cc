@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <memory>
 
 #include "storage/fault_injection.h"
@@ -81,9 +83,7 @@ class MemoryHarness final : public FsHarness {
     }
     return out;
   }
-  std::optional<std::string> read(const std::string& path) override {
-    return fs_.readFile(path);
-  }
+  std::optional<std::string> read(const std::string& path) override { return fs_.readFile(path); }
   std::optional<uint32_t> mode(const std::string& path) override { return fs_.fileMode(path); }
   bool exists(const std::string& path) override { return fs_.exists(path); }
   void plantSymlink(const std::string& path) override { fs_.addSymlink(path, "/etc"); }
@@ -350,6 +350,56 @@ TEST(PosixFileSystemTest, PermissionDeniedIsReportedAsPermission) {
   ::chmod((root.path() + "/ro").c_str(), 0700);
 }
 
+// RLIMIT_FSIZE makes a write stop part way (a short write, then EFBIG), as a full disk does.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    struct rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() { ::setrlimit(RLIMIT_FSIZE, &saved_); }
+
+ private:
+  struct rlimit saved_;
+};
+
+TEST(PosixFileSystemTest, AFailedAppendLeavesNoPartialRow) {
+  TempDir root;
+  auto fs = openPosixFileSystem(root.path());
+  auto d = fs.value()->openDirectory("", {});
+  auto a = d.value()->openAppend("statistic.csv");
+  ASSERT_TRUE(a.has_value());
+  {
+    FileSizeLimit limit(100);
+    ASSERT_TRUE(a.value()->append(std::string(59, 'a') + "\n"));
+    auto s = a.value()->append(std::string(59, 'b') + "\n");  // 40 bytes fit, then EFBIG
+    ASSERT_FALSE(s.has_value());
+    EXPECT_NE(s.error().message.find("statistic.csv"), std::string::npos);
+  }
+  EXPECT_EQ(a.value()->size(), 60u);
+  EXPECT_EQ(testing::readFile(root.path() + "/statistic.csv"), std::string(59, 'a') + "\n");
+  ASSERT_TRUE(a.value()->append("next\n"));
+  EXPECT_EQ(testing::readFile(root.path() + "/statistic.csv")->size(), 65u);
+}
+
+TEST(PosixFileSystemTest, AFailedWriteLeavesNoFile) {
+  TempDir root;
+  auto fs = openPosixFileSystem(root.path());
+  auto d = fs.value()->openDirectory("d", {.create = true});
+  {
+    FileSizeLimit limit(100);
+    auto f = d.value()->newFile("x.npy", 0400);
+    std::string big(1000, 'x');
+    auto s = f.value()->write(asBytes(big));
+    ASSERT_FALSE(s.has_value());
+    EXPECT_NE(s.error().message.find("d/x.npy"), std::string::npos);
+  }
+  EXPECT_TRUE(testing::listFiles(root.path()).empty());
+}
+
 TEST(MemoryFileSystemTest, UnsyncedFilesAndEntriesAreLostInACrash) {
   MemoryFileSystem fs;
   auto d = fs.openDirectory("d", {.create = true, .sync_created = true});
@@ -445,9 +495,9 @@ TEST(FaultInjectionTest, AFailedCommitLeavesNoTemporaryFile) {
 }
 
 TEST(FaultInjectionTest, EveryKindCanBeFailedWithEachCode) {
-  const std::pair<ErrorCode, const char*> codes[] = {
-      {ErrorCode::kNoSpace, "No space"}, {ErrorCode::kIo, "Input/output"},
-      {ErrorCode::kPermission, "Permission denied"}};
+  const std::pair<ErrorCode, const char*> codes[] = {{ErrorCode::kNoSpace, "No space"},
+                                                     {ErrorCode::kIo, "Input/output"},
+                                                     {ErrorCode::kPermission, "Permission denied"}};
   for (auto [code, text] : codes) {
     auto base = std::make_shared<MemoryFileSystem>();
     FaultInjectingFileSystem fs(base);

@@ -16,6 +16,10 @@ namespace {
 std::atomic<size_t> g_allocations{0};
 }  // namespace
 
+// Counting replacements of the global allocation functions (malloc/free underneath, which
+// GCC's -Wmismatched-new-delete cannot tell is deliberate).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;
@@ -23,6 +27,7 @@ void* operator new(size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace dumpd::storage {
 namespace {
@@ -49,7 +54,7 @@ TEST(HotPathAllocationTest, FormattingStatisticsAndNpyWritingAllocateNothingOnce
   std::vector<uint16_t> bf16(100000, 0x3FC0);
   std::vector<int64_t> shape = {100, 1000};
   const std::vector<config::StatCategory> categories = {
-      config::StatCategory::kMax, config::StatCategory::kMin, config::StatCategory::kAvg,
+      config::StatCategory::kMax,    config::StatCategory::kMin, config::StatCategory::kAvg,
       config::StatCategory::kL2Norm, config::StatCategory::kMd5, config::StatCategory::kSha1};
   const StatOptions options = statOptionsFor(categories);
   std::string name, header, row;

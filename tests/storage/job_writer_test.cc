@@ -46,7 +46,8 @@ class JobWriterTest : public ::testing::Test {
     std::vector<std::string> out;
     for (const auto& e : mem_->list()) {
       if (e.kind != MemoryFileSystem::Entry::Kind::kFile) continue;
-      if (e.path.rfind(dir + "/", 0) == 0 && e.path.find('/', dir.size() + 1) == std::string::npos) {
+      if (e.path.rfind(dir + "/", 0) == 0 &&
+          e.path.find('/', dir.size() + 1) == std::string::npos) {
         out.push_back(e.path.substr(dir.size() + 1));
       }
     }
@@ -214,7 +215,8 @@ TEST_F(JobWriterTest, ZeroElementTensorsWriteNothing) {
 TEST_F(JobWriterTest, ComplexTensorsGetANpyButNoRow) {
   auto w = make(makePlan(config::SavedData::kFull));
   OwnedOp op;
-  op.tensors.push_back(makeTensor(Io::kOutput, 0, DType::kComplex64, {2}, std::vector<float>{1, 2, 3, 4}));
+  op.tensors.push_back(
+      makeTensor(Io::kOutput, 0, DType::kComplex64, {2}, std::vector<float>{1, 2, 3, 4}));
   op.tensors.push_back(floatTensor(Io::kOutput, 1, {1}, {5}));
   ASSERT_TRUE(w->writeOp(op.record()));
   EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 2u);
@@ -332,8 +334,9 @@ TEST_F(JobWriterTest, LongNamesGoThroughMappingCsv) {
   auto files = filesIn("rank_0/Net/0/0");
   ASSERT_EQ(files.size(), 3u);
   std::string mapping = read("rank_0/Net/0/0/mapping.csv");
-  std::regex line_re("(\\d{16}\\.npy),(Add\\.Default_x{300}\\.0\\.0\\.\\d+\\.output\\.[01]\\."
-                     "DefaultFormat\\.float32\\.npy)\n");
+  std::regex line_re(
+      "(\\d{16}\\.npy),(Add\\.Default_x{300}\\.0\\.0\\.\\d+\\.output\\.[01]\\."
+      "DefaultFormat\\.float32\\.npy)\n");
   auto begin = std::sregex_iterator(mapping.begin(), mapping.end(), line_re);
   int lines = 0;
   for (auto it = begin; it != std::sregex_iterator(); ++it) {
@@ -443,7 +446,8 @@ TEST_F(JobWriterTest, DurabilityIterationMakesACompletedIterationSurviveACrash) 
   ASSERT_TRUE(w->completeIteration(0, 0));
   mem_->simulateCrash();
   EXPECT_EQ(npyFilesIn("rank_0/Net/0/0").size(), 3u);
-  for (auto& f : npyFilesIn("rank_0/Net/0/0")) EXPECT_TRUE(parseNpy(read("rank_0/Net/0/0/" + f)).ok);
+  for (auto& f : npyFilesIn("rank_0/Net/0/0"))
+    EXPECT_TRUE(parseNpy(read("rank_0/Net/0/0/" + f)).ok);
   std::string csv = read("rank_0/Net/0/0/statistic.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
   EXPECT_NE(read("rank_0/.dump_metadata/manifest.jsonl").find("\"complete\":true"),
@@ -541,8 +545,7 @@ TEST_F(JobWriterTest, NoSpaceErrorNamesTheFileAndLeavesNothingPartial) {
   auto r = w->writeOp(op.record());
   ASSERT_FALSE(r.has_value());
   EXPECT_EQ(r.error().code, ErrorCode::kNoSpace);
-  EXPECT_NE(r.error().message.find("rank_0/Net/0/0/Add.Default_Add-op0.0.0."),
-            std::string::npos)
+  EXPECT_NE(r.error().message.find("rank_0/Net/0/0/Add.Default_Add-op0.0.0."), std::string::npos)
       << r.error().message;
   EXPECT_TRUE(filesIn("rank_0/Net/0/0").empty());
   auto c = w->counters();
@@ -565,6 +568,18 @@ TEST_F(JobWriterTest, MalformedTensorWritesNothing) {
   OwnedOp neg;
   neg.tensors.push_back(floatTensor(Io::kOutput, 0, {-1}, {}));
   EXPECT_FALSE(w->writeOp(neg.record()).has_value());
+}
+
+TEST_F(JobWriterTest, HugeShapesCannotWrapTheByteCount) {
+  auto w = make(makePlan(config::SavedData::kFull));
+  OwnedOp op;
+  // 2^60 complex128 elements would need 2^64 bytes, which wraps to 0 = the empty data given.
+  op.tensors.push_back(makeTensor(Io::kOutput, 0, DType::kComplex128,
+                                  {int64_t{1} << 30, int64_t{1} << 30}, std::vector<double>{}));
+  auto r = w->writeOp(op.record());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message.find("too many elements"), std::string::npos);
 }
 
 TEST_F(JobWriterTest, MissingTimestampIsFilledWithNow) {
@@ -628,8 +643,9 @@ TEST_F(JobWriterTest, ConcurrentWritersNeverInterleaveRows) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line.rfind("Op Type,", 0), 0u);
-  std::regex row("Add,Default/T\\d-op\\d+,0,0,\\d+,(input|output),[01],24,float32,\"\\[2,3\\]\","
-                 "\\d+,\\d+,[0-9.]+,");
+  std::regex row(
+      "Add,Default/T\\d-op\\d+,0,0,\\d+,(input|output),[01],24,float32,\"\\[2,3\\]\","
+      "\\d+,\\d+,[0-9.]+,");
   int rows = 0;
   while (std::getline(in, line)) {
     ++rows;

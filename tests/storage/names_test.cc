@@ -29,15 +29,15 @@ TEST(NamesTest, SanitizeReplacesControlBytes) {
 
 TEST(NamesTest, TensorFileNameFollowsMindSporePattern) {
   std::string out;
-  appendTensorFileName(out, {"Add", "Default/Add-op0", 0, 0, 1700000000123456,
-                             config::Io::kInput, 1, "DefaultFormat", DType::kFloat32});
+  appendTensorFileName(out, {"Add", "Default/Add-op0", 0, 0, 1700000000123456, config::Io::kInput,
+                             1, "DefaultFormat", DType::kFloat32});
   EXPECT_EQ(out, "Add.Default_Add-op0.0.0.1700000000123456.input.1.DefaultFormat.float32.npy");
 }
 
 TEST(NamesTest, TensorFileNameSanitizesTypeAndFormat) {
   std::string out;
-  appendTensorFileName(out, {"My.Op", "x", 7, 3, 5, config::Io::kOutput, 0, "NC1HWC0/x",
-                             DType::kBFloat16});
+  appendTensorFileName(
+      out, {"My.Op", "x", 7, 3, 5, config::Io::kOutput, 0, "NC1HWC0/x", DType::kBFloat16});
   EXPECT_EQ(out, "My_Op.x.7.3.5.output.0.NC1HWC0_x.bfloat16.npy");
 }
 
@@ -74,10 +74,10 @@ TEST(NamesTest, StatNumberMatchesSpecExamples) {
 }
 
 TEST(NamesTest, StatNumberMatchesOstreamForManyValues) {
-  const double samples[] = {0.0,     -0.0,     1e-300,   5e-324,      0.1,     0.5,
-                            123456,  1234567,  999999.5, 9999995,     1e100,   -2.5e-7,
-                            3.14159265358979, 23.643181, 32.924155, 0.0001, 0.00001,
-                            100000,  1e6,      -1e21,    65504,       1.0 / 3.0};
+  const double samples[] = {
+      0.0,     -0.0,  1e-300,  5e-324,           0.1,       0.5,       123456, 1234567, 999999.5,
+      9999995, 1e100, -2.5e-7, 3.14159265358979, 23.643181, 32.924155, 0.0001, 0.00001, 100000,
+      1e6,     -1e21, 65504,   1.0 / 3.0};
   for (double v : samples) EXPECT_EQ(statText(v), ostreamText(v)) << v;
   // Plus a sweep over many magnitudes.
   for (int e = -40; e <= 40; ++e) {

@@ -94,7 +94,8 @@ TEST(NpyTest, HugeHeaderSwitchesToVersion2) {
 TEST(NpyTest, PlainDataIsWrittenStraightFromTheCallersMemoryInOneWrite) {
   std::vector<float> v = {1, 2, 3, 4, 5, 6};
   std::vector<int64_t> shape = {2, 3};
-  NpyPayload p{DType::kFloat32, shape, 6, ConstBuffer(reinterpret_cast<const std::byte*>(v.data()), 24)};
+  NpyPayload p{DType::kFloat32, shape, 6,
+               ConstBuffer(reinterpret_cast<const std::byte*>(v.data()), 24)};
   std::string h = header(DType::kFloat32, shape);
   RecordingFile f;
   ASSERT_TRUE(writeNpy(f, p, h, false));

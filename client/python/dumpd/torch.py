@@ -49,8 +49,8 @@ its children) is not dumped.
 Errors: by default a DaemonError (daemon gone, session ended) raised in a hook propagates
 out of the model's forward or backward. ``attach(..., errors="warn")`` (and the same option
 of :func:`step`/:func:`steps`) turns it into one RuntimeWarning and stops dumping, so a
-long training run survives a daemon restart. Note that the client notices a dead daemon
-at its next flush, or when the ring is full.
+long training run survives a daemon restart. The client notices a dead daemon at its next
+step mark (set_step), flush, or when the ring is full.
 """
 
 from __future__ import annotations
