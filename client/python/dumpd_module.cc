@@ -379,9 +379,9 @@ class PyClient {
     unwrap(locked([&](client::Client& c) { return c.setStep(it, g); }));
   }
 
-  bool shouldDump(const std::string& op_name, const std::string& io) {
+  bool shouldDump(const std::string& op_name, const std::string& io, bool marked) {
     const config::Io which = parseIo(io);
-    return lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which); });
+    return lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which, marked); });
   }
 
   bool stepSelected() {
@@ -390,7 +390,7 @@ class PyClient {
 
   bool dump(const std::string& op_type, const std::string& op_name, const std::string& io,
             int64_t slot, py::handle array, std::optional<std::string> dtype,
-            const std::string& format, int64_t task_id, int64_t stream_id) {
+            const std::string& format, int64_t task_id, int64_t stream_id, bool marked) {
     const config::Io which = parseIo(io);
     const uint32_t s = toU32(slot, "slot");
     client::OpCall op;
@@ -398,8 +398,9 @@ class PyClient {
     op.op_name = op_name;
     op.task_id = toU32(task_id, "task_id");
     op.stream_id = toU32(stream_id, "stream_id");
+    op.marked = marked;
     // Ask the filter before touching the data: a filtered tensor costs no buffer export.
-    if (!lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which); })) {
+    if (!lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which, marked); })) {
       const client::Tensor t = filteredTensor(which, s);
       op.tensors = std::span(&t, 1);
       return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
@@ -411,7 +412,7 @@ class PyClient {
   }
 
   bool dumpOp(const std::string& op_type, const std::string& op_name, py::iterable inputs,
-              py::iterable outputs, int64_t task_id, int64_t stream_id) {
+              py::iterable outputs, int64_t task_id, int64_t stream_id, bool marked) {
     for (py::handle list : {inputs, outputs}) {
       // An array is iterable too: dump_op(..., outputs=y) would dump y's rows as slots.
       if (PyObject_CheckBuffer(list.ptr()) || py::hasattr(list, "__array__")) {
@@ -424,9 +425,10 @@ class PyClient {
     op.op_name = op_name;
     op.task_id = toU32(task_id, "task_id");
     op.stream_id = toU32(stream_id, "stream_id");
+    op.marked = marked;
     const auto [want_in, want_out] = lockedFast([&](client::Client& c) {
-      return std::pair(c.shouldDump(op_name, config::Io::kInput),
-                       c.shouldDump(op_name, config::Io::kOutput));
+      return std::pair(c.shouldDump(op_name, config::Io::kInput, marked),
+                       c.shouldDump(op_name, config::Io::kOutput, marked));
     });
     std::deque<PreparedTensor> prepared;  // stable addresses: tensors point into them
     std::vector<client::Tensor> tensors;
@@ -694,14 +696,17 @@ PYBIND11_MODULE(_dumpd, m) {
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")
       .def("should_dump", &PyClient::shouldDump, py::arg("op_name"), py::arg("io") = "output",
+           py::kw_only(), py::arg("marked") = false,
            "True when a tensor of op `op_name` on side `io` (\"input\"/\"output\") would be "
-           "dumped now. Cheap: use it to skip preparing data that would be filtered.")
+           "dumped now. Cheap: use it to skip preparing data that would be filtered. `marked`: "
+           "the op carries a set_dump mark (selects it under dump_mode 2).")
       .def("dump", &PyClient::dump, kDumpDoc, py::arg("op_type"), py::arg("op_name"), py::arg("io"),
            py::arg("slot"), py::arg("array"), py::kw_only(), py::arg("dtype") = py::none(),
-           py::arg("format") = "DefaultFormat", py::arg("task_id") = 0, py::arg("stream_id") = 0)
+           py::arg("format") = "DefaultFormat", py::arg("task_id") = 0, py::arg("stream_id") = 0,
+           py::arg("marked") = false)
       .def("dump_op", &PyClient::dumpOp, kDumpOpDoc, py::arg("op_type"), py::arg("op_name"),
            py::arg("inputs") = py::tuple(), py::arg("outputs") = py::tuple(), py::kw_only(),
-           py::arg("task_id") = 0, py::arg("stream_id") = 0)
+           py::arg("task_id") = 0, py::arg("stream_id") = 0, py::arg("marked") = false)
       .def("dump_constant", &PyClient::dumpConstant, py::arg("data_id"), py::arg("array"),
            py::arg("graph_id") = 0, py::kw_only(), py::arg("dtype") = py::none(),
            "Dumps a constant/parameter as {net}/{graph_id}/constants/"

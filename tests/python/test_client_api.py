@@ -437,3 +437,18 @@ def test_bad_dump_arguments(daemon: Daemon, config: Path) -> None:
         # The session survives bad arguments.
         assert client.dump("Add", "Default/Add-op0", "output", 0, x)
         assert client.flush()["tensors_written"] == 1
+
+
+def test_dump_mode_2_dumps_only_marked_ops(daemon: Daemon, tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, dump_mode=2)
+    x = np.arange(4, dtype=np.float32)
+    with dumpd.Client(cfg, socket=daemon.socket) as client:
+        assert not client.should_dump("Default/Add-op0")
+        assert client.should_dump("Default/Add-op0", marked=True)
+        assert not client.dump("Add", "Default/Add-op0", "output", 0, x)
+        assert client.dump("Mul", "Default/Mul-op1", "output", 0, x, marked=True)
+        assert client.dump_op("Sub", "Default/Sub-op2", inputs=[x], outputs=[x], marked=True)
+        assert not client.dump_op("Div", "Default/Div-op3", inputs=[x], outputs=[x])
+        counts = client.flush()
+    assert counts["tensors_written"] == 3
+    assert sorted(f.op_type for f in dump_files(tmp_path / "dump")) == ["Mul", "Sub", "Sub"]
