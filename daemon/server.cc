@@ -165,6 +165,27 @@ void Server::maybeFinish() {
 
 void Server::applySettings(const config::DaemonSettings& s) {
   // What can change at run time: limits and policies for new sessions, the log level.
+  // Socket path/mode/group and the writer pool's shape need a restart; say so if they moved.
+  const auto note = [](const char* key, const auto& from, const auto& to) {
+    if (from != to) spdlog::info("settings: {} {} -> {}", key, from, to);
+  };
+  note("max_sessions", settings_.max_sessions, s.max_sessions);
+  note("max_ring_bytes", settings_.max_ring_bytes, s.max_ring_bytes);
+  note("backpressure", config::backpressureName(settings_.backpressure),
+       config::backpressureName(s.backpressure));
+  note("block_timeout_ms", settings_.block_timeout_ms, s.block_timeout_ms);
+  note("durability", config::durabilityName(settings_.durability),
+       config::durabilityName(s.durability));
+  note("job_quota_bytes", settings_.job_quota_bytes, s.job_quota_bytes);
+  note("min_free_bytes", settings_.min_free_bytes, s.min_free_bytes);
+  note("compression", config::compressionName(settings_.compression),
+       config::compressionName(s.compression));
+  note("log_level", settings_.log_level, s.log_level);
+  if (s.socket_path != settings_.socket_path || s.socket_mode != settings_.socket_mode ||
+      s.socket_group != settings_.socket_group || s.writer_threads != settings_.writer_threads ||
+      s.write_queue_bytes != settings_.write_queue_bytes) {
+    spdlog::warn("settings: socket and writer-pool changes take effect after a restart");
+  }
   settings_.max_sessions = s.max_sessions;
   settings_.max_ring_bytes = s.max_ring_bytes;
   settings_.backpressure = s.backpressure;

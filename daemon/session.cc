@@ -427,8 +427,16 @@ void Session::consume() {
     // finish() below completes every open iteration; the global order gets its last line.
     (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
   }
-  if (Status s = writer_->finish(dropped - dropped_reported_); !s) noteError(s.error().message);
+  if (Status s = writer_->finish(dropped - dropped_reported_); !s) warnLimited(s.error().message);
   publishUnusedKernels();
+  uint64_t suppressed;
+  {
+    std::lock_guard lock(mu_);
+    suppressed = std::exchange(warn_suppressed_, 0);
+  }
+  if (suppressed != 0) {
+    spdlog::warn("session {}: {} similar warning(s) suppressed", id_, suppressed);
+  }
   for (const std::string& k : filter_->unusedKernels()) {
     spdlog::warn("session {}: unused kernel in job config: {}", id_, k);  // MindSpore logs this
   }
@@ -531,14 +539,18 @@ bool Session::handleOp(const ipc::RingConsumer::Record& r) {
     rec.task_id = task->op.task_id;
     rec.stream_id = task->op.stream_id;
     rec.tensors = task->views;
-    auto out = self->writer_->writeOp(rec);
-    if (out) {
-      self->counters_.tensors_written.fetch_add(out->tensors_written, std::memory_order_relaxed);
-      self->counters_.tensors_dropped.fetch_add(out->tensors_dropped, std::memory_order_relaxed);
-      self->counters_.bytes_written.fetch_add(out->bytes_written, std::memory_order_relaxed);
-    } else {
-      self->counters_.tensors_failed.fetch_add(task->views.size(), std::memory_order_relaxed);
-      self->noteError(out.error().message);
+    storage::OpOutcome partial;
+    auto out = self->writer_->writeOp(rec, &partial);
+    const storage::OpOutcome& done = out ? out.value() : partial;
+    self->counters_.tensors_written.fetch_add(done.tensors_written, std::memory_order_relaxed);
+    self->counters_.tensors_dropped.fetch_add(done.tensors_dropped, std::memory_order_relaxed);
+    self->counters_.bytes_written.fetch_add(done.bytes_written, std::memory_order_relaxed);
+    if (!out) {
+      // The failing tensor and every one after it in this record.
+      self->counters_.tensors_failed.fetch_add(
+          task->views.size() - done.tensors_written - done.tensors_dropped,
+          std::memory_order_relaxed);
+      self->warnLimited(out.error().message);
     }
     self->markDone(slot);
   });
@@ -625,7 +637,7 @@ bool Session::handleControl(const ipc::RingConsumer::Record& r) {
       failFromConsumer(v1::Error::CORRUPT_RING, "empty control record");
       return false;
   }
-  if (!st) noteError(st.error().message);
+  if (!st) warnLimited(st.error().message);
   pushPending(r.end, r.sequence, true);
   return true;
 }
@@ -643,9 +655,9 @@ void Session::completeStep() {
   const uint64_t dropped = ring_->droppedTensors();
   Status s = writer_->completeIteration(step_graph_, step_iteration_, dropped - dropped_reported_);
   dropped_reported_ = dropped;
-  if (!s) noteError(s.error().message);
+  if (!s) warnLimited(s.error().message);
   s = writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
-  if (!s) noteError(s.error().message);
+  if (!s) warnLimited(s.error().message);
 }
 
 void Session::waitIdle() {
@@ -698,6 +710,36 @@ void Session::advanceLocked() {
 void Session::noteError(const std::string& message) {
   std::lock_guard lock(mu_);
   last_error_ = message;
+}
+
+void Session::warnLimited(const std::string& message) {
+  noteError(message);
+  // At most kWarnBurst lines per kWarnWindow per session; the rest are counted and
+  // summarised, so a misbehaving client or a full disk cannot flood the journal.
+  constexpr int kWarnBurst = 5;
+  constexpr auto kWarnWindow = std::chrono::seconds(10);
+  uint64_t suppressed = 0;
+  bool log = false;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - warn_window_start_ >= kWarnWindow) {
+      suppressed = warn_suppressed_;
+      warn_suppressed_ = 0;
+      warn_count_ = 0;
+      warn_window_start_ = now;
+    }
+    if (warn_count_ < kWarnBurst) {
+      ++warn_count_;
+      log = true;
+    } else {
+      ++warn_suppressed_;
+    }
+  }
+  if (suppressed != 0) {
+    spdlog::warn("session {}: {} similar warning(s) suppressed", id_, suppressed);
+  }
+  if (log) spdlog::warn("session {}: {}", id_, message);
 }
 
 void Session::fillStatus(v1::SessionStatus* out) const {

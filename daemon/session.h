@@ -99,6 +99,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // REQUIRES: mu_ held. Releases the done prefix of pending_ to the producer.
   void advanceLocked();
   void noteError(const std::string& message);
+  // noteError + a log line, rate-limited per session.
+  void warnLimited(const std::string& message);
 
   Server& server_;
   Socket socket_;
@@ -156,6 +158,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string last_error_;
   std::string state_ = "handshake";
   std::vector<std::string> unused_kernels_;
+  std::chrono::steady_clock::time_point warn_window_start_{};
+  int warn_count_ = 0;
+  uint64_t warn_suppressed_ = 0;
 
   // Consumer-thread state.
   bool have_step_ = false;

@@ -546,7 +546,7 @@ Result<std::unique_ptr<JobWriter>> JobWriter::create(std::shared_ptr<FileSystem>
   return std::unique_ptr<JobWriter>(new JobWriter(std::move(impl)));
 }
 
-Result<OpOutcome> JobWriter::writeOp(const OpRecord& op) {
+Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
   Impl& m = *impl_;
   // Check every tensor first: a malformed record writes nothing.
   constexpr size_t kInlineTensors = 16;
@@ -595,6 +595,7 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op) {
     const TensorView& t = op.tensors[i];
     if (!ioSelected(m.plan.input_output, t.io) || counts[i] == 0) continue;
     if (Status s = m.writeTensor(dir, op, t, counts[i], outcome); !s) {
+      if (partial != nullptr) *partial = outcome;
       return m.recordError(s.error(), &dir);
     }
   }

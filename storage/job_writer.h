@@ -60,8 +60,10 @@ class JobWriter {
   JobWriter& operator=(const JobWriter&) = delete;
 
   // Writes the op's tensors per the plan (IO selection, saved_data, sampling, overflow mode,
-  // quota). Filtering of ops/iterations is the caller's job. Errors name the file.
-  Result<OpOutcome> writeOp(const OpRecord& op);
+  // quota). Filtering of ops/iterations is the caller's job. Errors name the file. Writing
+  // stops at the first failing tensor; then `partial` (if given) holds what was written and
+  // dropped before it, so callers can account for every tensor.
+  Result<OpOutcome> writeOp(const OpRecord& op, OpOutcome* partial = nullptr);
 
   // {net}/{graph}/constants/Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy
   Status writeConstant(uint32_t graph_id, std::string_view data_id, const TensorView& tensor);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ constexpr const char* kUsage =
     "  --backpressure P     block or drop (default: daemon setting)\n"
     "  --op-name-prefix S   prefix of op scope names (default Default/network)\n"
     "  --kill-after N       SIGKILL itself after N committed records (crash test)\n"
+    "  --zero-copy          produce values straight into the ring (reserveOp/commitOp)\n"
     "  --no-flush           exit right after the last commit: no flush, no Goodbye\n"
     "  --pause-at-end       after the last commit print 'committed N' and wait for stdin EOF\n"
     "  --quiet\n";
@@ -44,6 +46,7 @@ struct Args {
   int64_t kill_after = -1;
   bool flush = true;
   bool pause_at_end = false;
+  bool zero_copy = false;
   bool quiet = false;
 };
 
@@ -57,6 +60,8 @@ bool parse(int argc, char** argv, Args& a) {
       std::exit(0);
     } else if (k == "--no-flush") {
       a.flush = false;
+    } else if (k == "--zero-copy") {
+      a.zero_copy = true;
     } else if (k == "--pause-at-end") {
       a.pause_at_end = true;
     } else if (k == "--quiet") {
@@ -95,10 +100,29 @@ bool parse(int argc, char** argv, Args& a) {
   return true;
 }
 
-void fill(std::vector<float>& buf, uint32_t iteration, uint32_t op, uint32_t io, uint32_t slot) {
+void fill(std::span<float> buf, uint32_t iteration, uint32_t op, uint32_t io, uint32_t slot) {
   const float base = static_cast<float>(iteration) * 1000.0f + static_cast<float>(op) * 10.0f +
                      static_cast<float>(slot) + (io == 1 ? 0.5f : 0.0f);
   for (size_t k = 0; k < buf.size(); ++k) buf[k] = base + static_cast<float>(k) * 0.001f;
+}
+
+// Zero-copy: reserve ring space, compute the values in place, commit.
+dumpd::Result<bool> dumpInPlace(dumpd::client::Client& c, const dumpd::client::OpCall& call,
+                                uint32_t it, uint32_t op) {
+  auto r = c.reserveOp(call);
+  if (!r) return r.error();
+  if (!r->active()) return false;
+  // The reservation holds the selected tensors in call order.
+  size_t k = 0;
+  for (const dumpd::client::Tensor& t : call.tensors) {
+    if (!c.shouldDump(call.op_name, t.io)) continue;
+    std::span<std::byte> p = r->payload(k++);
+    fill(std::span<float>(reinterpret_cast<float*>(p.data()), p.size() / sizeof(float)), it, op,
+         t.io == dumpd::config::Io::kOutput ? 1 : 0, t.slot);
+  }
+  auto seq = c.commitOp(r.value());
+  if (!seq) return seq.error();
+  return true;
 }
 
 }  // namespace
@@ -152,7 +176,7 @@ int main(int argc, char** argv) {
       call.op_type = kTypes[op % 5];
       call.op_name = names[op];
       call.tensors = ts;
-      auto r = c.dumpOp(call);
+      auto r = a.zero_copy ? dumpInPlace(c, call, it, op) : c.dumpOp(call);
       if (!r) {
         std::cout << "committed " << committed << std::endl;
         std::cerr << "dumpd_example_producer: " << r.error().message << "\n";

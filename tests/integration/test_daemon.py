@@ -337,3 +337,9 @@ def test_dumpctl_status_without_daemon_fails_in_one_line(workdir):
                           "status"], capture_output=True, text=True)
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1 and "cannot connect" in out.stderr
+
+
+def test_zero_copy_reserve_commit_writes_values_produced_in_the_ring(daemon, workdir):
+    cfg = write_config(workdir, input_output=1)  # inputs only: the reservation skips outputs
+    run_producer(daemon, cfg, "--zero-copy", "--iterations", 2, "--layers", 2, "--elements", 300)
+    check_tree(workdir / "dump", 0, range(2), 2, 300, ios=("input",))

@@ -138,11 +138,12 @@ def test_bad_settings_file_is_a_clear_error(workdir):
 
 
 def test_sighup_rereads_settings(workdir):
-    d = Daemon(workdir, settings={"log_level": "info"})
+    d = Daemon(workdir, settings={"backpressure": "block"})
     try:
-        (workdir / "dumpd.json").write_text(json.dumps({"log_level": "debug"}))
+        (workdir / "dumpd.json").write_text(json.dumps({"backpressure": "drop"}))
         d.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "settings re-read" in d.logtext(), what="SIGHUP to be handled")
+        assert "settings: backpressure block -> drop" in d.logtext()
         (workdir / "dumpd.json").write_text("{ broken")
         d.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "keeping the current settings" in d.logtext(), what="a bad reload")
