@@ -6,7 +6,6 @@ with no dumping, with dumpd, and with synchronous np.save hooks. One JSON object
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +15,6 @@ import torch
 import dumpd
 import dumpd.torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "client" / "python" / "examples"))
-from train_alexnet import AlexNet  # noqa: E402
 
 
 def job_config(path, net):
@@ -31,7 +28,8 @@ def critical_path(args):
     for size in (4 << 10, 64 << 10, 1 << 20, 16 << 20):
         src = np.full(size, 7, dtype=np.uint8)
         per_burst = max(1, (ring // 2) // (size + 4096))
-        dst = np.zeros(per_burst * size, dtype=np.uint8)  # pre-faulted, like the ring
+        dst = np.empty(per_burst * size, dtype=np.uint8)
+        dst.fill(1)  # pre-faulted, like the ring (np.zeros would map lazy zero pages)
         bursts = 2 if args.quick else 4
         with dumpd.Client(config=job_config(Path(args.dir) / "dump", f"Py{size}"),
                           socket=args.socket, ring_bytes=ring, backpressure="block") as c:
@@ -53,63 +51,90 @@ def critical_path(args):
                           "memcpy_bytes_per_s": total / copy_s}), flush=True)
 
 
-def train_steps(model, steps, batch, size, on_step=None):
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(batch, 3, size, size)
-    y = torch.randint(0, 10, (batch,))
-    times = []
-    for i in range(steps + 1):  # step 0 warms up
-        if on_step:
-            on_step(i)
+def alexnet():
+    """AlexNet's published layer shapes (5 convs, 3 max-pools, 3 dense layers)."""
+    from torch import nn
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.AdaptiveAvgPool2d(6), nn.Flatten(),
+        nn.Dropout(), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(),
+        nn.Dropout(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 1000))
+
+
+class Trainer:
+    """One model and optimizer; step() runs one timed training step."""
+
+    def __init__(self, batch, size):
+        torch.manual_seed(0)
+        self.model = alexnet()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.x = torch.randn(batch, 3, size, size)
+        self.y = torch.randint(0, 1000, (batch,))
+
+    def step(self):
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    return sum(times[1:]) / steps
+        self.opt.zero_grad()
+        torch.nn.functional.cross_entropy(self.model(self.x), self.y).backward()
+        self.opt.step()
+        return time.perf_counter() - t0
 
 
 def training(args):
+    """Blocks of steps per mode (none, dumpd, np.save), interleaved over several rounds so
+    that drift of this shared machine hits every mode alike. Inside a dumpd block the daemon
+    works while the next steps run, as in real training; between blocks (untimed) the daemon
+    is flushed and dirty pages are synced, so no mode pays for another's writes."""
+    import os
+    import statistics
     torch.set_num_threads(2)
-    steps = 2 if args.quick else 4
-    batch, size, width = 16, 227, 16
+    rounds, per_block = (2, 2) if args.quick else (4, 3)
+    batch, size = 16, 227
+    modes = {m: Trainer(batch, size) for m in ("none", "dumpd", "npsave")}
 
-    def fresh():
-        torch.manual_seed(0)
-        return AlexNet(width=width)
-
-    none_s = train_steps(fresh(), steps, batch, size)
-
-    with dumpd.Client(config=job_config(Path(args.dir) / "dump", "AlexNet"),
-                      socket=args.socket, ring_bytes=1 << 30, backpressure="block") as c:
-        model = fresh()
-        handle = dumpd.torch.attach(model, c)
-        dumpd_s = train_steps(model, steps, batch, size, on_step=lambda i: dumpd.torch.step(c, i))
-        handle.remove()
-        bytes_per_step = c.stats()["bytes_committed"] / (steps + 1)
-        c.flush()
+    client = dumpd.Client(config=job_config(Path(args.dir) / "dump", "AlexNet"),
+                          socket=args.socket, ring_bytes=1 << 30, backpressure="block")
+    handle = dumpd.torch.attach(modes["dumpd"].model, client)
 
     save_dir = Path(args.dir) / "npsave"
     save_dir.mkdir(parents=True, exist_ok=True)
-    model = fresh()
     counter = [0]
 
     def save(module, inputs, output):
-        for k, t in enumerate(list(inputs) + [output]):
+        for t in list(inputs) + [output]:
             if isinstance(t, torch.Tensor):
                 counter[0] += 1
                 np.save(save_dir / f"{counter[0]}.npy", t.detach().numpy())
 
-    hooks = [m.register_forward_hook(save) for m in model.modules()
-             if not list(m.children())]
-    npsave_s = train_steps(model, steps, batch, size)
-    for h in hooks:
-        h.remove()
-    print(json.dumps({"bench": "training", "batch": batch, "size": size, "width": width,
-                      "steps": steps, "step_s_none": none_s, "step_s_dumpd": dumpd_s,
-                      "step_s_npsave": npsave_s, "dump_bytes_per_step": bytes_per_step}),
-          flush=True)
+    for m in modes["npsave"].model.modules():
+        if not list(m.children()):
+            m.register_forward_hook(save)
+
+    for t in modes.values():  # warm-up step each (allocator, first-touch of weights)
+        t.step()
+    client.flush()
+    times = {m: [] for m in modes}
+    it = 0
+    for _ in range(rounds):
+        for mode, trainer in modes.items():
+            for _ in range(per_block):
+                if mode == "dumpd":
+                    it += 1
+                    dumpd.torch.step(client, it)
+                times[mode].append(trainer.step())
+            client.flush()
+            os.sync()
+    bytes_per_step = client.stats()["bytes_committed"] / (1 + rounds * per_block)
+    handle.remove()
+    client.close()
+    med = {m: statistics.median(v) for m, v in times.items()}
+    print(json.dumps({"bench": "training", "batch": batch, "size": size,
+                      "steps": rounds * per_block, "step_s_none": med["none"],
+                      "step_s_dumpd": med["dumpd"], "step_s_npsave": med["npsave"],
+                      "dump_bytes_per_step": bytes_per_step}), flush=True)
 
 
 def main():
@@ -117,9 +142,12 @@ def main():
     ap.add_argument("--socket", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["critical", "training"])
     args = ap.parse_args()
-    critical_path(args)
-    training(args)
+    if args.only in (None, "critical"):
+        critical_path(args)
+    if args.only in (None, "training"):
+        training(args)
 
 
 if __name__ == "__main__":

@@ -525,7 +525,21 @@ Status Client::close(int timeout_ms) {
     if (!f) result = f.error();
     v1::Envelope bye;
     bye.mutable_goodbye();
-    (void)ipc::sendFrame(m.sock.get(), bye);
+    if (ipc::sendFrame(m.sock.get(), bye).has_value()) {
+      // The daemon closes the connection once the session is finished: the last
+      // iteration's manifest line is written. Wait for that, within the timeout.
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+      for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        pollfd p{m.sock.get(), POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+        std::vector<ipc::UniqueFd> fds;
+        const ssize_t n = ipc::recvWithFds(m.sock.get(), m.decoder, fds);
+        if (n == 0 || (n < 0 && n != -EAGAIN)) break;
+      }
+    }
   }
   ::shutdown(m.sock.get(), SHUT_RDWR);
   m.sock.reset();

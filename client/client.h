@@ -137,7 +137,8 @@ class Client {
   // no limit). Returns the session's cumulative counts from the daemon.
   Result<Counts> flush(int timeout_ms = -1);
   Stats stats() const;
-  // Flushes, says Goodbye and closes; further calls fail. Idempotent.
+  // Flushes, says Goodbye and waits (within timeout_ms) until the daemon has finished the
+  // session, manifest included; then closes. Further calls fail. Idempotent.
   Status close(int timeout_ms = 30000);
 
   const config::DumpPlan& plan() const;

@@ -135,6 +135,14 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
     s.compression = *c;
     return {};
   }
+  if (key == "worker_priority") {
+    if (!v.is_string() || (v.get_ref<const std::string&>() != "idle" &&
+                           v.get_ref<const std::string&>() != "normal")) {
+      return badValue(key, "\"idle\" or \"normal\"", v);
+    }
+    s.workers_idle_priority = v.get_ref<const std::string&>() == "idle";
+    return {};
+  }
   if (key == "log_level") {
     if (!v.is_string() || !isValidLogLevel(v.get_ref<const std::string&>())) {
       return badValue(key, "one of trace, debug, info, warn, error, critical, off", v);

@@ -34,7 +34,7 @@ struct DaemonSettings {
   uint32_t socket_mode = 0660;  // octal in the file as a string "0660" or an integer
   std::string socket_group;     // "" -> keep the daemon's group
   uint32_t max_sessions = 64;
-  uint64_t max_ring_bytes = 1ull << 30;       // per session
+  uint64_t max_ring_bytes = 1ull << 30;  // per session
   uint32_t writer_threads = 2;
   uint64_t write_queue_bytes = 256ull << 20;
   Backpressure backpressure = Backpressure::kBlock;
@@ -44,6 +44,10 @@ struct DaemonSettings {
   uint64_t min_free_bytes = 1ull << 30;
   Compression compression = Compression::kNone;
   std::string log_level = "info";  // trace debug info warn error critical off
+  // Scheduling of the threads that consume rings and write files: "idle" (SCHED_IDLE: they
+  // run only on CPU time the training processes leave over; a saturated node turns into ring
+  // backpressure instead of slower steps) or "normal".
+  bool workers_idle_priority = true;
 };
 
 // Parses the settings JSON. Unknown keys are errors (a typo in a daemon setting should not

@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   asio::io_context io;
   daemon::Server server(io, settings, socket_path);
 
+  // Handlers first: once the socket exists a supervisor may signal us at any moment.
+  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+
   int inherited = -1;
   const int n = sd_listen_fds(1);
   if (n > 1) {
@@ -118,7 +121,6 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,13 +18,24 @@
 
 namespace dumpd::daemon {
 
+void applyWorkerPriority(bool idle) {
+  if (!idle) return;
+  sched_param p{};
+  // Per thread (0 = the caller). Lowering the policy needs no privilege; failure only means
+  // the worker keeps normal priority.
+  if (::sched_setscheduler(0, SCHED_IDLE, &p) != 0) {
+    spdlog::debug("SCHED_IDLE unavailable: {}", strerror(errno));
+  }
+}
+
 Server::Server(asio::io_context& io, config::DaemonSettings settings, std::string socket_path)
     : io_(io),
       settings_(std::move(settings)),
       socket_path_(std::move(socket_path)),
       acceptor_(io),
-      pool_(std::make_unique<storage::WriterPool>(settings_.writer_threads,
-                                                  settings_.write_queue_bytes)),
+      pool_(std::make_unique<storage::WriterPool>(
+          settings_.writer_threads, settings_.write_queue_bytes,
+          [idle = settings_.workers_idle_priority] { applyWorkerPriority(idle); })),
       started_(std::chrono::steady_clock::now()) {}
 
 Server::~Server() {

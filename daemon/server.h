@@ -23,6 +23,9 @@ class Session;
 
 inline constexpr const char* kVersion = "0.1.0";
 
+// Applies the worker scheduling policy of the settings to the calling thread.
+void applyWorkerPriority(bool idle);
+
 class Server {
  public:
   Server(asio::io_context& io, config::DaemonSettings settings, std::string socket_path);

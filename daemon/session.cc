@@ -246,6 +246,7 @@ void Session::handleHello(const v1::Hello& h) {
   if (h.backpressure() == v1::BACKPRESSURE_DROP) bp = config::Backpressure::kDrop;
 
   hello_done_ = true;
+  workers_idle_ = settings.workers_idle_priority;
   iteration_ = plan_.initial_iteration;
   {
     std::lock_guard lock(mu_);
@@ -274,6 +275,13 @@ void Session::handleHello(const v1::Hello& h) {
 }
 
 void Session::handleFlush(const v1::Flush& f) {
+  // A client waits for one flush at a time; a flood of them is a broken or hostile client,
+  // and must not grow the daemon's memory.
+  constexpr size_t kMaxFlushWaits = 1024;
+  if (flush_waits_.size() >= kMaxFlushWaits) {
+    sendErrorAndClose(v1::Error::PROTOCOL, "more than 1024 flushes outstanding");
+    return;
+  }
   flush_waits_.push_back({f.sequence(), f.token()});
   flush_waiting_.store(static_cast<uint32_t>(flush_waits_.size()), std::memory_order_release);
   checkFlushes();
@@ -404,6 +412,7 @@ void Session::onConsumerDone() {
 // ------------------------------------------------------------------ consumer thread
 
 void Session::consume() {
+  applyWorkerPriority(workers_idle_);
   for (;;) {
     // Read the stop flag before looking at the ring: a client commits, then closes, then we
     // learn of the close, so every record committed before the stop is seen below.

@@ -135,6 +135,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ipc::Doorbell stop_bell_;  // wakes the consumer for shutdown / peer close
   std::unique_ptr<storage::JobWriter> writer_;
   std::thread consumer_;
+  bool workers_idle_ = true;  // from the settings when the session opened
   std::chrono::steady_clock::time_point started_;
 
   std::atomic<bool> stop_requested_{false};

@@ -4,11 +4,17 @@
 
 namespace dumpd::storage {
 
-WriterPool::WriterPool(unsigned threads, uint64_t capacity_bytes)
+WriterPool::WriterPool(unsigned threads, uint64_t capacity_bytes,
+                       std::function<void()> on_thread_start)
     : capacity_(std::max<uint64_t>(capacity_bytes, 1)) {
   threads = std::max(threads, 1u);
   threads_.reserve(threads);
-  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  for (unsigned i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, on_thread_start] {
+      if (on_thread_start) on_thread_start();
+      run();
+    });
+  }
 }
 
 WriterPool::~WriterPool() {

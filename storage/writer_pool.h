@@ -20,8 +20,10 @@ class WriterPool {
  public:
   using Task = std::function<void()>;
 
-  // REQUIRES: threads >= 1, capacity_bytes >= 1.
-  WriterPool(unsigned threads, uint64_t capacity_bytes);
+  // REQUIRES: threads >= 1, capacity_bytes >= 1. `on_thread_start` (optional) runs first on
+  // each pool thread (the daemon lowers their scheduling priority there).
+  WriterPool(unsigned threads, uint64_t capacity_bytes,
+             std::function<void()> on_thread_start = nullptr);
   // Runs every queued task, then joins the threads.
   ~WriterPool();
   WriterPool(const WriterPool&) = delete;

@@ -52,10 +52,10 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
   for (const char* key :
        {"socket_path", "socket_mode", "socket_group", "max_sessions", "max_ring_bytes",
         "writer_threads", "write_queue_bytes", "backpressure", "block_timeout_ms", "durability",
-        "job_quota_bytes", "min_free_bytes", "compression", "log_level"}) {
+        "job_quota_bytes", "min_free_bytes", "compression", "worker_priority", "log_level"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
-  EXPECT_EQ(keys.size(), 14u);
+  EXPECT_EQ(keys.size(), 15u);
 }
 
 TEST(DaemonSettingsTest, EveryKeyIsRead) {
@@ -64,7 +64,8 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
     "max_sessions": 8, "max_ring_bytes": 2097152,
     "writer_threads": 4, "write_queue_bytes": 8388608, "backpressure": "drop",
     "block_timeout_ms": 250, "durability": "iteration", "job_quota_bytes": 1000000,
-    "min_free_bytes": 0, "compression": "lz4", "log_level": "debug"})");
+    "min_free_bytes": 0, "compression": "lz4", "log_level": "debug",
+    "worker_priority": "normal"})");
   ASSERT_TRUE(s) << errorOf(s);
   EXPECT_EQ(s->socket_path, "/run/x/d.sock");
   EXPECT_EQ(s->socket_mode, 0600u);
@@ -78,6 +79,7 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
   EXPECT_EQ(s->durability, Durability::kIteration);
   EXPECT_EQ(s->job_quota_bytes, 1000000u);
   EXPECT_EQ(s->min_free_bytes, 0u);
+  EXPECT_FALSE(s->workers_idle_priority);
   EXPECT_EQ(s->compression, Compression::kLz4);
   EXPECT_EQ(s->log_level, "debug");
 }
@@ -221,6 +223,13 @@ TEST(DaemonSettingsTest, ResolveSocketPath) {
   EXPECT_EQ(resolveSocketPath(""), "/run/dumpd/dumpd.sock");
   ::unsetenv("DUMPD_SOCKET");
   EXPECT_EQ(resolveSocketPath(""), "/run/dumpd/dumpd.sock");
+}
+
+TEST(DaemonSettingsTest, WorkerPriorityIsIdleOrNormal) {
+  EXPECT_TRUE(parseDaemonSettings("{}")->workers_idle_priority);
+  EXPECT_TRUE(parseOne("worker_priority", "idle")->workers_idle_priority);
+  EXPECT_THAT(errorOf(parseOne("worker_priority", "low")),
+              HasSubstr("'worker_priority' should be \"idle\" or \"normal\", but got: low"));
 }
 
 }  // namespace

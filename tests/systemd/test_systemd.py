@@ -165,3 +165,37 @@ def test_socket_group_is_applied_and_unknown_group_is_an_error(workdir):
     out = subprocess.run([DUMPD, "--config", str(cfg), "--socket", str(workdir / "g.sock")],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "socket_group 'no-such-group-dumpd' does not exist" in out.stderr
+
+
+def thread_policies(pid):
+    """{tid: scheduling policy} of a process (field 41 of /proc/<pid>/task/<tid>/stat)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[int(task.name)] = int(fields[38])
+    return out
+
+
+@pytest.mark.parametrize("priority", ["idle", "normal"])
+def test_worker_threads_run_at_the_configured_priority(workdir, priority):
+    SCHED_OTHER, SCHED_IDLE = 0, 5
+    d = Daemon(workdir, settings={"worker_priority": priority, "writer_threads": 2})
+    p = None
+    try:
+        cfg = write_config(workdir)
+        p = subprocess.Popen([os.environ["DUMPD_PRODUCER"], "--socket", d.socket, "--config",
+                              str(cfg), "--iterations", "1", "--layers", "1", "--pause-at-end"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().startswith("committed")
+        policies = wait_for(lambda: (lambda t: t if list(t.values()).count(SCHED_IDLE) >= 3 or
+                                     priority == "normal" else None)(thread_policies(d.proc.pid)),
+                            what="worker threads to lower their priority")
+        assert policies[d.proc.pid] == SCHED_OTHER, "the io thread stays responsive"
+        idle = list(policies.values()).count(SCHED_IDLE)
+        assert idle == (3 if priority == "idle" else 0)  # 2 writers + 1 session consumer
+    finally:
+        if p is not None:
+            p.stdin.close()
+            assert p.wait(timeout=60) == 0
+        assert d.stop() == 0
