@@ -91,7 +91,11 @@ def main():
     micro = subprocess.run([str(bins / "dumpd_micro_bench"), "--benchmark_format=json",
                             "--benchmark_min_time=0.2" if args.quick else "--benchmark_min_time=0.5"],
                            capture_output=True, text=True)
-    if micro.returncode == 0:
+    if micro.returncode != 0:
+        print(f"warning: dumpd_micro_bench failed ({micro.returncode}): {micro.stderr[-500:]}",
+              file=sys.stderr)
+        results["micro_error"] = micro.returncode
+    else:
         results["micro"] = [{k: b.get(k) for k in ("name", "real_time", "time_unit",
                                                     "bytes_per_second", "items_per_second",
                                                     "label")}
