@@ -199,3 +199,40 @@ def test_worker_threads_run_at_the_configured_priority(workdir, priority):
             p.stdin.close()
             assert p.wait(timeout=60) == 0
         assert d.stop() == 0
+
+
+def test_daemon_writes_through_the_clients_fd_where_its_namespace_is_read_only(workdir):
+    """What ProtectSystem=strict relies on: dumpd sees the dump root read-only in its own
+    mount namespace, yet writes beneath the directory fd the client passed, which carries
+    the client's writable mount."""
+    dumps = workdir / "dumps"
+    dumps.mkdir()
+    sock = str(workdir / "ro.sock")
+    script = (f"mount --bind {dumps} {dumps} && mount -o remount,bind,ro {dumps} && "
+              f"if touch {dumps}/probe 2>/dev/null; then exit 97; fi; "
+              f"exec {DUMPD} --socket {sock} --log-level info")
+    log = open(workdir / "ro.log", "wb")
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: proc.poll() is not None or can_connect(sock), what="dumpd in a namespace")
+        if proc.poll() is not None:
+            pytest.skip(f"cannot make a private read-only mount here (exit {proc.returncode})")
+
+        class InNamespace:
+            socket = sock
+
+            @staticmethod
+            def logtext():
+                return (workdir / "ro.log").read_text()
+
+        cfg = write_config(workdir, path=str(dumps / "dump"))
+        run_producer(InNamespace, cfg, "--iterations", 1, "--layers", 1, "--elements", 4)
+        assert len(npy_files(dumps / "dump")) == 15
+        assert not (dumps / "probe").exists()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        log.close()
+    assert rc == 0, (workdir / "ro.log").read_text()
