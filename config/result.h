@@ -17,11 +17,11 @@ enum class ErrorCode {
   kInvalidArgument,  // bad input from a user or a client (frame, name, argument)
   kInvalidConfig,    // a job config or settings file failed validation
   kNotFound,
-  kIo,              // EIO and other I/O failures
-  kNoSpace,         // ENOSPC, quota or free-space watermark
-  kPermission,      // EACCES / EPERM
-  kProtocol,        // malformed or unexpected message
-  kUnavailable,     // no daemon, peer went away
+  kIo,           // EIO and other I/O failures
+  kNoSpace,      // ENOSPC, quota or free-space watermark
+  kPermission,   // EACCES / EPERM
+  kProtocol,     // malformed or unexpected message
+  kUnavailable,  // no daemon, peer went away
   kTimeout,
   kResourceExhausted,  // limits: sessions, ring size, frame size
   kInternal,
@@ -34,21 +34,32 @@ struct Error {
   std::string message;
 };
 
-inline Error makeError(ErrorCode code, std::string message) { return Error{code, std::move(message)}; }
+inline Error makeError(ErrorCode code, std::string message) {
+  return Error{code, std::move(message)};
+}
 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}           // NOLINT(google-explicit-constructor)
-  Result(Error error) : v_(std::move(error)) {}       // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool has_value() const { return v_.index() == 0; }
   explicit operator bool() const { return has_value(); }
 
   // REQUIRES: has_value().
-  T& value() & { check(); return std::get<0>(v_); }
-  const T& value() const& { check(); return std::get<0>(v_); }
-  T&& value() && { check(); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    check();
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    check();
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    check();
+    return std::get<0>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -87,17 +98,28 @@ using Status = Result<void>;
 
 inline const char* errorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kInvalidConfig: return "invalid_config";
-    case ErrorCode::kNotFound: return "not_found";
-    case ErrorCode::kIo: return "io_error";
-    case ErrorCode::kNoSpace: return "no_space";
-    case ErrorCode::kPermission: return "permission_denied";
-    case ErrorCode::kProtocol: return "protocol_error";
-    case ErrorCode::kUnavailable: return "unavailable";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kResourceExhausted: return "resource_exhausted";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kInvalidConfig:
+      return "invalid_config";
+    case ErrorCode::kNotFound:
+      return "not_found";
+    case ErrorCode::kIo:
+      return "io_error";
+    case ErrorCode::kNoSpace:
+      return "no_space";
+    case ErrorCode::kPermission:
+      return "permission_denied";
+    case ErrorCode::kProtocol:
+      return "protocol_error";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kResourceExhausted:
+      return "resource_exhausted";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }
