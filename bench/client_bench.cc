@@ -31,6 +31,26 @@ std::string jobConfig(const std::string& path, const std::string& net) {
          "support_device": [0]}})";
 }
 
+// One op with one uint8 tensor of `bytes` bytes, filled with `fill`: what every bench dumps.
+struct OneTensorOp {
+  OneTensorOp(const char* op_type, uint64_t bytes, char fill)
+      : src(bytes, fill), shape{static_cast<int64_t>(bytes)} {
+    tensor.dtype = dumpd::storage::DType::kUInt8;
+    tensor.shape = shape;
+    tensor.data = src.data();
+    tensor.bytes = bytes;
+    call.op_type = op_type;
+    call.tensors = std::span<const dumpd::client::Tensor>(&tensor, 1);
+  }
+  OneTensorOp(const OneTensorOp&) = delete;
+  OneTensorOp& operator=(const OneTensorOp&) = delete;
+
+  std::vector<char> src;
+  int64_t shape[1];
+  dumpd::client::Tensor tensor;
+  dumpd::client::OpCall call;
+};
+
 struct Bench {
   std::string socket;
   std::string dir;
@@ -56,22 +76,15 @@ struct Bench {
   void criticalPath(uint64_t size) {
     const uint64_t ring = 512ull << 20;
     auto c = connect("Crit" + std::to_string(size), ring);
-    std::vector<char> src(size, 7);
+    OneTensorOp op("Copy", size, 7);
+    std::vector<char>& src = op.src;
+    dumpd::client::OpCall& call = op.call;
     const uint64_t per_burst = std::max<uint64_t>(1, (ring / 2) / (size + 4096));
     // The reference copies the same bytes into a pre-faulted buffer as large as the burst:
     // the same cold-destination traffic as the ring, without dumpd.
     std::vector<char> dst(per_burst * size);
     std::memset(dst.data(), 0, dst.size());
     const int bursts = quick ? 2 : 5;
-    const int64_t shape[] = {static_cast<int64_t>(size)};
-    dumpd::client::Tensor t;
-    t.dtype = dumpd::storage::DType::kUInt8;
-    t.shape = shape;
-    t.data = src.data();
-    t.bytes = size;
-    dumpd::client::OpCall call;
-    call.op_type = "Copy";
-    call.tensors = std::span<const dumpd::client::Tensor>(&t, 1);
     std::string name;
     double dump_s = 0, memcpy_s = 0;
     uint64_t n = 0;
@@ -103,17 +116,10 @@ struct Bench {
   void smallRecords() {
     auto c = connect("Small", 512ull << 20);
     const uint64_t count = quick ? 100000 : 400000;
-    std::vector<char> src(256, 1);
-    const int64_t shape[] = {256};
-    dumpd::client::Tensor t;
-    t.dtype = dumpd::storage::DType::kUInt8;
-    t.shape = shape;
-    t.data = src.data();
-    t.bytes = 256;
-    dumpd::client::OpCall call;
-    call.op_type = "Tiny";
-    call.op_name = "Default/tiny-op0";
-    call.tensors = std::span<const dumpd::client::Tensor>(&t, 1);
+    OneTensorOp op("Tiny", 256, 1);
+    op.call.op_name = "Default/tiny-op0";
+    dumpd::client::Tensor& t = op.tensor;
+    const dumpd::client::OpCall& call = op.call;
     (void)c->setStep(0);
     const auto t0 = Clock::now();
     for (uint64_t i = 0; i < count; ++i) {
@@ -132,16 +138,9 @@ struct Bench {
     const uint64_t size = 16ull << 20;
     const uint64_t count = quick ? 32 : 96;
     auto c = connect("Sustained", 256ull << 20);
-    std::vector<char> src(size, 3);
-    const int64_t shape[] = {static_cast<int64_t>(size)};
-    dumpd::client::Tensor t;
-    t.dtype = dumpd::storage::DType::kUInt8;
-    t.shape = shape;
-    t.data = src.data();
-    t.bytes = size;
-    dumpd::client::OpCall call;
-    call.op_type = "Big";
-    call.tensors = std::span<const dumpd::client::Tensor>(&t, 1);
+    OneTensorOp op("Big", size, 3);
+    const std::vector<char>& src = op.src;
+    dumpd::client::OpCall& call = op.call;
     std::string name;
     (void)c->setStep(0);
     auto t0 = Clock::now();
@@ -174,17 +173,11 @@ struct Bench {
     const uint64_t count = quick ? 5000 : 20000;
     const uint64_t size = 4096;
     auto c = connect("Files", 256ull << 20);
-    std::vector<char> src(size, 5);
-    const int64_t shape[] = {static_cast<int64_t>(size)};
-    dumpd::client::Tensor t;
-    t.dtype = dumpd::storage::DType::kUInt8;
-    t.shape = shape;
-    t.data = src.data();
-    t.bytes = size;
-    dumpd::client::OpCall call;
-    call.op_type = "F";
-    call.op_name = "Default/f-op0";
-    call.tensors = std::span<const dumpd::client::Tensor>(&t, 1);
+    OneTensorOp op("F", size, 5);
+    op.call.op_name = "Default/f-op0";
+    const std::vector<char>& src = op.src;
+    dumpd::client::Tensor& t = op.tensor;
+    const dumpd::client::OpCall& call = op.call;
     (void)c->setStep(0);
     auto t0 = Clock::now();
     for (uint64_t i = 0; i < count; ++i) {
