@@ -35,7 +35,7 @@ std::string jobConfig(const std::string& path, const std::string& net) {
 struct OneTensorOp {
   OneTensorOp(const char* op_type, uint64_t bytes, char fill)
       : src(bytes, fill), shape{static_cast<int64_t>(bytes)} {
-    tensor.dtype = dumpd::storage::DType::kUInt8;
+    tensor.dtype = dumpd::DType::kUInt8;
     tensor.shape = shape;
     tensor.data = src.data();
     tensor.bytes = bytes;

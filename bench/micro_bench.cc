@@ -25,20 +25,18 @@ using namespace dumpd;
 void BM_RingRoundTrip(benchmark::State& state) {
   const uint64_t body = static_cast<uint64_t>(state.range(0));
   auto producer = ipc::RingProducer::create(64 << 20).value();
-  auto consumer = ipc::RingConsumer::attach(ipc::UniqueFd(::dup(producer.memfd())),
+  auto consumer = ipc::RingConsumer::attach(UniqueFd(::dup(producer.memfd())),
                                             producer.mappedBytes(), 1ull << 30)
                       .value();
-  auto data = ipc::Doorbell::create().value();
-  auto space = ipc::Doorbell::create().value();
   std::vector<std::byte> src(body, std::byte{1});
   for (auto _ : state) {
     std::byte* p = producer.tryReserve(ipc::RecordKind::kOp, body);
     std::memcpy(p, src.data(), body);
-    producer.commit(data);
+    producer.commit();
     // Drain what is committed: a wrap adds a pad record before the op record.
     for (auto r = consumer.next(); r.has_value() && r.value().has_value(); r = consumer.next()) {
       benchmark::DoNotOptimize(r.value()->body);
-      consumer.release(r.value()->end, space);
+      if (consumer.release(r.value()->end)) consumer.wakeProducer();
     }
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body));
@@ -65,7 +63,7 @@ void BM_FilterCachedLookup(benchmark::State& state) {
   for (const auto& n : names) filter.opSelected(n);  // warm the cache, as step 2 onwards
   size_t i = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(filter.shouldDump(0, 5, names[i], config::Io::kOutput));
+    benchmark::DoNotOptimize(filter.shouldDump(0, 5, names[i], Io::kOutput));
     i = (i + 1) % names.size();
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
@@ -85,7 +83,7 @@ void BM_Statistics(benchmark::State& state) {
   storage::TensorStats out;
   for (auto _ : state) {
     storage::computeStats(
-        storage::DType::kFloat32, n,
+        DType::kFloat32, n,
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), n * sizeof(float)),
         opts, out);
     benchmark::DoNotOptimize(out);
@@ -104,7 +102,7 @@ void BM_BF16Statistics(benchmark::State& state) {
   storage::TensorStats out;
   for (auto _ : state) {
     storage::computeStats(
-        storage::DType::kBFloat16, n,
+        DType::kBFloat16, n,
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), n * 2), opts, out);
     benchmark::DoNotOptimize(out);
   }

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ipc/doorbell.h"
+#include "base/element_count.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
@@ -94,9 +94,7 @@ struct Client::Impl {
   uint32_t rank = 0;
   uint32_t device = 0;
   std::optional<ipc::RingProducer> ring;
-  ipc::Doorbell data_bell;
-  ipc::Doorbell space_bell;
-  ipc::UniqueFd sock;
+  UniqueFd sock;
   ipc::FrameDecoder decoder;
   config::Backpressure backpressure = config::Backpressure::kBlock;
   int block_timeout_ms = -1;
@@ -126,7 +124,7 @@ struct Client::Impl {
   void pollDaemon() {
     pollfd p{sock.get(), POLLIN, 0};
     if (::poll(&p, 1, 0) <= 0) return;
-    std::vector<ipc::UniqueFd> fds;
+    std::vector<UniqueFd> fds;
     const ssize_t n = ipc::recvWithFds(sock.get(), decoder, fds);
     if (n == 0) {
       fatal = "dumpd closed the session";
@@ -146,12 +144,20 @@ struct Client::Impl {
     }
   }
 
+  // The daemon marked the ring closing (SIGTERM or it ended the session): every record
+  // committed before is written; nothing new can start.
+  Error closingError() {
+    if (fatal.empty()) fatal = "dumpd is shutting down: the dump session is closed";
+    return makeError(ErrorCode::kUnavailable, fatal);
+  }
+
   // Waits for ring space under the block policy, watching the daemon's liveness.
   Status waitForSpace(uint64_t body) {
     ++stats.blocked_waits;
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
-      if (ring->waitForSpace(body, space_bell, kLivenessSliceMs)) return {};
+      if (ring->waitForSpace(body, kLivenessSliceMs)) return {};
+      if (ring->closing()) return closingError();
       pollDaemon();
       if (!fatal.empty()) return dead();
       if (block_timeout_ms > 0 &&
@@ -169,13 +175,13 @@ struct Client::Impl {
                        "record of " + std::to_string(body) + " bytes does not fit the ring of " +
                            std::to_string(ring->capacity()) + " bytes; raise ring_bytes");
     }
-    std::byte* p = ring->tryReserve(kind, body);
-    if (p != nullptr) return p;
-    if (may_drop && backpressure == config::Backpressure::kDrop) return nullptr;
-    if (Status s = waitForSpace(body); !s) return s.error();
-    p = ring->tryReserve(kind, body);
-    if (p == nullptr) return makeError(ErrorCode::kInternal, "ring space vanished");
-    return p;
+    for (;;) {
+      std::byte* p = ring->tryReserve(kind, body);
+      if (p != nullptr) return p;
+      if (ring->closing()) return closingError();
+      if (may_drop && backpressure == config::Backpressure::kDrop) return nullptr;
+      if (Status s = waitForSpace(body); !s) return s.error();
+    }
   }
 
   Status sendControl(const v1::Control& ctl, const void* payload, uint64_t payload_bytes) {
@@ -191,7 +197,7 @@ struct Client::Impl {
     std::memset(p + 4, 0, 4);
     ctl.SerializeToArray(p + 8, static_cast<int>(ctl_bytes));
     if (payload_bytes != 0) std::memcpy(p + payload_off, payload, payload_bytes);
-    ring->commit(data_bell);
+    ring->commit();
     ++stats.records_committed;
     return {};
   }
@@ -231,15 +237,9 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
       ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes : kDefaultRingBytes);
   if (!ring) return ring.error();
   impl->ring.emplace(std::move(ring.value()));
-  auto data_bell = ipc::Doorbell::create();
-  if (!data_bell) return data_bell.error();
-  auto space_bell = ipc::Doorbell::create();
-  if (!space_bell) return space_bell.error();
-  impl->data_bell = std::move(data_bell.value());
-  impl->space_bell = std::move(space_bell.value());
 
   if (Status s = makeDirs(impl->plan.path); !s) return s.error();
-  ipc::UniqueFd root(::open(impl->plan.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd root(::open(impl->plan.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!root.valid()) {
     return makeError(ErrorCode::kIo,
                      "cannot open dump path " + impl->plan.path + ": " + strerror(errno));
@@ -263,12 +263,15 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   hello->set_ring_bytes(impl->ring->mappedBytes());
   hello->set_device_target(options.device_target);
   hello->set_config_path(options.config_path);
+  // A config without "path" dumps beneath $MS_DIAGNOSTIC_DATA_PATH: the daemon validates it
+  // in our environment, so it resolves the same directory.
+  if (const char* d = std::getenv("MS_DIAGNOSTIC_DATA_PATH")) hello->set_ms_diagnostic_data_path(d);
   if (options.backpressure) {
     hello->set_backpressure(*options.backpressure == config::Backpressure::kDrop
                                 ? v1::BACKPRESSURE_DROP
                                 : v1::BACKPRESSURE_BLOCK);
   }
-  const int fds[4] = {impl->ring->memfd(), impl->data_bell.fd(), impl->space_bell.fd(), root.get()};
+  const int fds[2] = {impl->ring->memfd(), root.get()};
   if (Status s = ipc::sendFrame(impl->sock.get(), hello_env, fds); !s) return s.error();
   auto reply = ipc::recvFrame(impl->sock.get(), impl->decoder, options.connect_timeout_ms);
   if (!reply) return reply.error();
@@ -313,7 +316,7 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   return m.sendControl(ctl, nullptr, 0);
 }
 
-bool Client::shouldDump(std::string_view op_name, config::Io io, bool marked) {
+bool Client::shouldDump(std::string_view op_name, Io io, bool marked) {
   Impl& m = *impl_;
   return m.step_selected && m.filter->ioSelected(io) && m.filter->opSelected(op_name, marked);
 }
@@ -335,18 +338,18 @@ Result<Reservation> Client::reserveOp(const OpCall& op) {
       ++m.stats.tensors_filtered;
       continue;
     }
-    uint64_t elements = 1;
-    for (int64_t d : t.shape) {
-      if (d < 0) return makeError(ErrorCode::kInvalidArgument, "negative dimension in shape");
-      elements *= static_cast<uint64_t>(d);
+    const auto elements = elementCount(t.shape);
+    if (!elements) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
+                           ": a dimension is negative or the shape has more than 2^56 elements");
     }
-    const uint64_t want = storage::sourceBytes(t.dtype, elements);
+    const uint64_t want = sourceBytes(t.dtype, *elements);
     if (t.bytes != want) {
       return makeError(ErrorCode::kInvalidArgument,
                        "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
                            ": " + std::to_string(t.bytes) + " bytes given, shape and " +
-                           std::string(storage::dtypeName(t.dtype)) + " need " +
-                           std::to_string(want));
+                           std::string(dtypeName(t.dtype)) + " need " + std::to_string(want));
     }
     ipc::TensorSpec s;
     s.io = static_cast<uint8_t>(t.io);
@@ -399,7 +402,7 @@ Result<uint64_t> Client::commitOp(Reservation& r) {
   Impl& m = *impl_;
   if (!r.active_) return makeError(ErrorCode::kInvalidArgument, "reservation is not active");
   r.active_ = false;
-  const uint64_t seq = m.ring->commit(m.data_bell);
+  const uint64_t seq = m.ring->commit();
   ++m.stats.records_committed;
   m.stats.tensors_committed += r.tensors_;
   m.stats.bytes_committed += r.bytes_;
@@ -428,9 +431,8 @@ Result<bool> Client::dumpOp(const OpCall& op) {
 }
 
 Status Client::dumpConstant(std::string_view data_id, const Tensor& tensor, uint32_t graph_id) {
-  uint64_t elements = 1;
-  for (int64_t d : tensor.shape) elements *= static_cast<uint64_t>(d < 0 ? 0 : d);
-  if (tensor.bytes != storage::sourceBytes(tensor.dtype, elements)) {
+  const auto elements = elementCount(tensor.shape);
+  if (!elements || tensor.bytes != sourceBytes(tensor.dtype, *elements)) {
     return makeError(ErrorCode::kInvalidArgument,
                      "constant " + std::string(data_id) + ": byte size does not match its shape");
   }
@@ -535,7 +537,7 @@ Status Client::close(int timeout_ms) {
             deadline - std::chrono::steady_clock::now());
         pollfd p{m.sock.get(), POLLIN, 0};
         if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-        std::vector<ipc::UniqueFd> fds;
+        std::vector<UniqueFd> fds;
         const ssize_t n = ipc::recvWithFds(m.sock.get(), m.decoder, fds);
         if (n == 0 || (n < 0 && n != -EAGAIN)) break;
       }

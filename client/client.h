@@ -19,8 +19,8 @@
 #include "config/daemon_settings.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
-#include "config/result.h"
-#include "storage/dtype.h"
+#include "base/result.h"
+#include "base/dtype.h"
 
 namespace dumpd::client {
 
@@ -38,12 +38,12 @@ struct Options {
   int connect_timeout_ms = 10000;
 };
 
-// One tensor of an op execution. `data` holds storage::sourceBytes(dtype, elements) bytes
+// One tensor of an op execution. `data` holds sourceBytes(dtype, elements) bytes
 // (int4: packed pairs, low nibble first; bfloat16: raw 16-bit patterns).
 struct Tensor {
-  config::Io io = config::Io::kOutput;
+  Io io = Io::kOutput;
   uint32_t slot = 0;
-  storage::DType dtype = storage::DType::kFloat32;
+  DType dtype = DType::kFloat32;
   std::span<const int64_t> shape;
   const void* data = nullptr;
   uint64_t bytes = 0;
@@ -115,7 +115,7 @@ class Client {
   // (the daemon writes its manifest line). Default step: initial_iteration, graph 0.
   Status setStep(uint32_t iteration, uint32_t graph_id = 0);
   // The pushed-down filter: false means dumpOp would skip this tensor (and copy nothing).
-  bool shouldDump(std::string_view op_name, config::Io io, bool marked = false);
+  bool shouldDump(std::string_view op_name, Io io, bool marked = false);
   // True when the current step and device are selected at all (cheap per-step gate).
   bool stepSelected() const;
 

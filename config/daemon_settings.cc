@@ -106,6 +106,25 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
   if (key == "socket_mode") return assign(getSocketMode(v), &s.socket_mode);
   if (key == "socket_group") return assign(getString(key, v), &s.socket_group);
   if (key == "max_sessions") return assign(getU32(key, v, 1, kU32Max), &s.max_sessions);
+  if (key == "max_connections") return assign(getU32(key, v, 1, kU32Max), &s.max_connections);
+  if (key == "max_connections_per_uid") {
+    return assign(getU32(key, v, 1, kU32Max), &s.max_connections_per_uid);
+  }
+  if (key == "max_sessions_per_uid") {
+    return assign(getU32(key, v, 1, kU32Max), &s.max_sessions_per_uid);
+  }
+  if (key == "handshake_timeout_ms") {
+    return assign(getU32(key, v, 100, kU32Max), &s.handshake_timeout_ms);
+  }
+  if (key == "shutdown_timeout_ms") {
+    return assign(getU32(key, v, 100, kU32Max), &s.shutdown_timeout_ms);
+  }
+  if (key == "max_open_directories") {
+    return assign(getU32(key, v, 4, 100000), &s.max_open_directories);
+  }
+  if (key == "max_pending_frame_bytes") {
+    return assign(getU64(key, v), &s.max_pending_frame_bytes);
+  }
   if (key == "max_ring_bytes") return assign(getU64(key, v), &s.max_ring_bytes);
   if (key == "writer_threads") {
     return assign(getU32(key, v, 1, kMaxWriterThreads), &s.writer_threads);

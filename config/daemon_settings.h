@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "config/result.h"
+#include "base/result.h"
 
 namespace dumpd::config {
 
@@ -48,6 +48,15 @@ struct DaemonSettings {
   // run only on CPU time the training processes leave over; a saturated node turns into ring
   // backpressure instead of slower steps) or "normal".
   bool workers_idle_priority = true;
+
+  // Isolation limits (docs/operations.md, "Isolation and limits").
+  uint32_t max_connections = 256;         // open connections, dump sessions included
+  uint32_t max_connections_per_uid = 32;  // per client uid (root's are counted too)
+  uint32_t max_sessions_per_uid = 16;     // dump sessions per client uid
+  uint32_t handshake_timeout_ms = 10000;  // a connection idle this long without a session
+  uint32_t shutdown_timeout_ms = 30000;   // SIGTERM: drain for at most this long, then exit
+  uint32_t max_open_directories = 64;     // directory fds one session's writer keeps open
+  uint64_t max_pending_frame_bytes = 64ull << 20;  // partial frames buffered, all connections
 };
 
 // Parses the settings JSON. Unknown keys are errors (a typo in a daemon setting should not

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "config/iteration_set.h"
-#include "config/result.h"
+#include "base/result.h"
 
 namespace dumpd::config {
 

@@ -6,12 +6,11 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "base/io.h"
 #include "config/dump_plan.h"
 #include "config/kernel_matcher.h"
 
 namespace dumpd::config {
-
-enum class Io : uint8_t { kInput = 0, kOutput = 1 };
 
 // Combines device, iteration, kernel, IO and set_dump-mark rules of a DumpPlan.
 // Thread-compatible: the per-name cache mutates, so each session/client owns one Filter.

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "config/result.h"
+#include "base/result.h"
 
 namespace dumpd::config {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/result.h"
+#include "base/result.h"
 
 namespace dumpd::config::internal {
 

@@ -1,8 +1,9 @@
 #include "config/kernel_matcher.h"
 
-#include <algorithm>
-#include <exception>
+#include <memory>
 #include <unordered_set>
+
+#include <re2/re2.h>
 
 #include "config/json_util.h"
 
@@ -11,12 +12,20 @@ namespace {
 
 constexpr std::string_view kRegexPrefix = "name-regex(";
 
-// libstdc++'s std::regex matches by recursion, a few frames per character of the subject and
-// per nested group. These bounds keep one match well inside a 2 MiB thread stack (measured),
-// so a job config cannot crash the shared daemon. Longer names never match a regex entry.
-constexpr size_t kMaxRegexBytes = 1024;
-constexpr int kMaxRegexGroupDepth = 16;
-constexpr size_t kMaxRegexSubjectBytes = 1024;
+// Why kRegexMaxMem is 256 KiB, not RE2's default 8 MiB (measured, libre2 2022-06, hostile
+// patterns of at most kMaxRegexBytes): it caps the compiled program at about 20,000
+// instructions, so the slowest compile found (counted repetitions such as `\w{1,1000}`,
+// repeated) takes ~0.3 s instead of ~16 s, and the slowest match found (DFA cache exhausted,
+// NFA fallback) ~1.5 s on a 4 KiB name (the protocol's longest) instead of ~5 s. Real op-name
+// patterns compile to under 100 instructions, a 1 KiB alternation of full names to ~450.
+RE2::Options regexOptions() {
+  RE2::Options o;
+  o.set_encoding(RE2::Options::EncodingLatin1);  // bytes, as std::regex<char> in MindSpore
+  o.set_case_sensitive(true);
+  o.set_log_errors(false);  // a refused pattern is reported as a config error instead
+  o.set_max_mem(KernelMatcher::kRegexMaxMem);
+  return o;
+}
 
 Error invalid(std::string message) {
   return makeError(ErrorCode::kInvalidConfig, std::move(message));
@@ -37,28 +46,6 @@ std::string toLowerAscii(std::string_view s) {
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
-}
-
-// Deepest nesting of '(' groups, skipping escapes and bracket expressions.
-int groupDepth(std::string_view re) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_class = false;
-  for (size_t i = 0; i < re.size(); ++i) {
-    char c = re[i];
-    if (c == '\\') {
-      ++i;
-    } else if (in_class) {
-      if (c == ']') in_class = false;
-    } else if (c == '[') {
-      in_class = true;
-    } else if (c == '(') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ')') {
-      depth = std::max(0, depth - 1);
-    }
-  }
-  return max_depth;
 }
 
 }  // namespace
@@ -90,17 +77,17 @@ Result<KernelMatcher> KernelMatcher::create(const std::vector<std::string>& kern
                        "\": regular expression longer than " + std::to_string(kMaxRegexBytes) +
                        " bytes");
       }
-      if (groupDepth(entry.key) > kMaxRegexGroupDepth) {
+      auto re = std::make_shared<const RE2>(entry.key, regexOptions());
+      if (!re->ok()) {
+        std::string hint = re->error_code() == RE2::ErrorPatternTooLarge
+                               ? "dumpd compiles each regular expression within " +
+                                     std::to_string(kRegexMaxMem >> 10) + " KiB"
+                               : "dumpd uses RE2 syntax";
         return invalid("Dump config parse failed, kernels entry \"" + internal::printable(text) +
-                       "\": regular expression nests groups deeper than " +
-                       std::to_string(kMaxRegexGroupDepth));
+                       "\": unsupported regular expression: " + internal::printable(re->error()) +
+                       " (" + hint + ", see docs/compatibility.md)");
       }
-      try {
-        entry.regex = std::regex(entry.key, std::regex::ECMAScript);
-      } catch (const std::exception& e) {
-        return invalid("Dump config parse failed, kernels entry \"" + internal::printable(text) +
-                       "\" is not a valid regular expression: " + e.what());
-      }
+      entry.regex = std::move(re);
     } else if (text.find('/') != std::string::npos || text.find("-op") != std::string::npos) {
       entry.kind = Kind::kFullName;
       entry.key = text;
@@ -126,13 +113,7 @@ bool KernelMatcher::matches(std::string_view full_name) {
     bool hit = false;
     switch (e.kind) {
       case Kind::kRegex:
-        if (full_name.size() <= kMaxRegexSubjectBytes) {
-          try {
-            hit = std::regex_match(full_name.begin(), full_name.end(), e.regex);
-          } catch (const std::exception&) {
-            hit = false;  // error_complexity / error_stack: treat as no match
-          }
-        }
+        hit = RE2::FullMatch(re2::StringPiece(full_name.data(), full_name.size()), *e.regex);
         break;
       case Kind::kFullName:
         hit = full_name == e.key;

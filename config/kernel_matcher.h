@@ -2,12 +2,16 @@
 #pragma once
 
 #include <cstdint>
-#include <regex>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "config/result.h"
+#include "base/result.h"
+
+namespace re2 {
+class RE2;
+}  // namespace re2
 
 namespace dumpd::config {
 
@@ -18,15 +22,15 @@ class KernelMatcher {
   KernelMatcher() = default;  // matches everything
 
   // Normalises each entry (strips '"' and spaces, skips empties) and classifies it:
-  // "name-regex(RE)" -> ECMAScript regex over the whole full name; an entry containing '/'
-  // or "-op" -> full-name equality; anything else -> lower-cased substring of the op type
-  // (last path component cut at its last '-'). An invalid regex is an error naming it, as is
-  // one longer than 1024 bytes or nesting groups deeper than 16 (std::regex recurses; these
-  // bounds keep a match inside a small thread stack). Duplicate entries count once.
+  // "name-regex(RE)" -> RE2 regular expression over the whole full name (bytes, case
+  // sensitive); an entry containing '/' or "-op" -> full-name equality; anything else ->
+  // lower-cased substring of the op type (last path component cut at its last '-'). A regex
+  // that RE2 refuses (bad or unsupported syntax, or a compiled program over kRegexMaxMem) or
+  // one longer than kMaxRegexBytes is an error naming the entry. Duplicate entries count once.
   static Result<KernelMatcher> create(const std::vector<std::string>& kernels);
 
   // True if the op's full scope name matches any entry (or the list is effectively empty).
-  // Marks every entry that matches. Regex entries never match names over 1024 bytes.
+  // Marks every entry that matches. A regex costs time linear in the name's length.
   bool matches(std::string_view full_name);
 
   bool matchesEverything() const { return entries_.empty(); }
@@ -38,13 +42,22 @@ class KernelMatcher {
   // "Conv2D-op12" out of "Default/net/Conv2D-op12" -> "conv2d".
   static std::string opTypeKey(std::string_view full_name);
 
+  // Longest regex source accepted, in bytes.
+  static constexpr size_t kMaxRegexBytes = 1024;
+  // RE2's max_mem for each regex entry: its compiled program and its lazily built DFA cache.
+  // It bounds matching time too: at worst (DFA cache exhausted, NFA fallback) RE2 takes time
+  // proportional to the name's length times the program's size. See kernel_matcher.cc.
+  static constexpr int64_t kRegexMaxMem = 256 << 10;
+
  private:
   enum class Kind : uint8_t { kRegex, kFullName, kOpType };
   struct Entry {
     Kind kind;
     std::string text;  // normalised entry as written (for reports)
     std::string key;   // full name, lower-cased op type, or regex source
-    std::regex regex;
+    // Set for kRegex. Shared by copies of the matcher: matching is const and RE2 is
+    // thread-safe for it.
+    std::shared_ptr<const re2::RE2> regex;
     bool used = false;
   };
   std::vector<Entry> entries_;

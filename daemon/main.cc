@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -103,6 +104,30 @@ int main(int argc, char** argv) {
   const std::string socket_path =
       config::resolveSocketPath(args.socket.empty() ? settings.socket_path : args.socket);
 
+  // Every connection, ring, root and open directory is an fd: use the hard limit, and say
+  // whether the configured limits fit in it.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    // Per session: socket, ring, root, the writer's directories and two files per writer
+    // thread in flight; per plain connection: its socket.
+    const uint64_t per_session = 3 + uint64_t{settings.max_open_directories} + 4;
+    const uint64_t budget = 64 + uint64_t{settings.max_connections} +
+                            uint64_t{settings.max_sessions} * per_session +
+                            2 * uint64_t{settings.writer_threads};
+    if (budget > rl.rlim_cur) {
+      spdlog::warn(
+          "fd limit {} is below what the limits allow ({}): lower max_sessions, "
+          "max_connections or max_open_directories, or raise LimitNOFILE",
+          rl.rlim_cur, budget);
+    } else {
+      spdlog::info("fd limit {} (the limits use at most {})", rl.rlim_cur, budget);
+    }
+  }
+
   asio::io_context io;
   daemon::Server server(io, settings, socket_path);
 
@@ -141,7 +166,11 @@ int main(int argc, char** argv) {
         }
         spdlog::info("{}: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         sd_notify(0, "STOPPING=1");
-        server.shutdown();
+        server.shutdown([] {
+          // Bounded shutdown whatever clients or file systems do: what could be drained was.
+          spdlog::default_logger()->flush();
+          std::_Exit(0);
+        });
       };
   signals.async_wait(on_signal);
 

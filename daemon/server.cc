@@ -1,4 +1,5 @@
 #include "daemon/server.h"
+#include "base/saturating.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -13,7 +14,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "daemon/session.h"
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "daemon/connection.h"
+#include "daemon/log_escape.h"
 #include "ipc/socket_io.h"
 
 namespace dumpd::daemon {
@@ -36,7 +42,9 @@ Server::Server(asio::io_context& io, config::DaemonSettings settings, std::strin
       pool_(std::make_unique<storage::WriterPool>(
           settings_.writer_threads, settings_.write_queue_bytes,
           [idle = settings_.workers_idle_priority] { applyWorkerPriority(idle); })),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(std::chrono::steady_clock::now()),
+      give_up_timer_(io),
+      accept_retry_timer_(io) {}
 
 Server::~Server() {
   if (owns_socket_file_) ::unlink(socket_path_.c_str());
@@ -110,67 +118,151 @@ void Server::doAccept() {
           if (ec == asio::error::operation_aborted || stopping_) return;
           spdlog::warn("accept failed: {}", ec.message());
           // EMFILE and friends: back off briefly instead of spinning.
-          auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
-          timer->async_wait([this, timer](const boost::system::error_code&) { doAccept(); });
+          accept_retry_timer_.expires_after(std::chrono::milliseconds(100));
+          accept_retry_timer_.async_wait([this](const boost::system::error_code& e) {
+            if (!e && !stopping_) doAccept();
+          });
           return;
         }
         if (stopping_) return;
-        const uint64_t id = next_id_++;
-        auto session = std::make_shared<Session>(*this, std::move(socket), id);
-        sessions_[id] = session;
-        session->start();
+        onAccepted(std::move(socket));
         doAccept();
       });
 }
 
-uint32_t Server::activeDumpSessions() const {
-  uint32_t n = 0;
-  for (const auto& [id, s] : sessions_) n += s->isDumpSession() ? 1 : 0;
-  return n;
+namespace {
+
+// SO_PEERCRED and SO_PEERGROUPS of a connected socket: the kernel's record of the client at
+// connect time. Neither call can block.
+PeerIdentity peerOf(int fd) {
+  PeerIdentity p;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    p.pid = cred.pid;
+    p.uid = cred.uid;
+    p.gid = cred.gid;
+  } else {
+    // Unknown peer: treat it as nobody, never as root.
+    p.uid = 65534;
+    p.gid = 65534;
+  }
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {
+      groups.resize(glen / sizeof(gid_t));
+      p.groups = std::move(groups);
+      return p;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(glen / sizeof(gid_t) + 1);
+  }
+  return p;  // no supplementary groups: the client acts with fewer rights, never more
 }
 
-Status Server::registerSession(Session& s) {
-  if (activeDumpSessions() >= settings_.max_sessions) {
-    return makeError(ErrorCode::kResourceExhausted,
-                     "session limit reached (" + std::to_string(settings_.max_sessions) +
-                         " sessions, max_sessions in the daemon settings)");
+}  // namespace
+
+void Server::onAccepted(asio::local::stream_protocol::socket socket) {
+  const uint64_t id = next_id_++;
+  PeerIdentity peer = peerOf(socket.native_handle());
+  const uid_t uid = peer.uid;
+  auto c = std::make_shared<Connection>(*this, std::move(socket), id, std::move(peer));
+  std::string refused;
+  if (connections_counted_ >= settings_.max_connections) {
+    refused = "connection limit reached (" + std::to_string(settings_.max_connections) +
+              " connections, max_connections in the daemon settings)";
+  } else if (connections_per_uid_[uid] >= settings_.max_connections_per_uid) {
+    refused = "uid " + std::to_string(uid) + " has " +
+              std::to_string(settings_.max_connections_per_uid) +
+              " connections open (max_connections_per_uid in the daemon settings)";
   }
-  if (!claimed_.insert(s.conflictKey()).second) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "another live session already dumps rank and net of this job into the same "
-                     "path");
+  const bool counted = refused.empty();
+  connections_[id] = Entry{c, counted};
+  if (!counted) {
+    if (connections_per_uid_[uid] == 0) connections_per_uid_.erase(uid);
+    c->refuse(v1::Error::RESOURCE_EXHAUSTED, refused);
+    return;
   }
+  ++connections_counted_;
+  ++connections_per_uid_[uid];
+  c->start();
+}
+
+std::optional<std::string> Server::admitSession(uid_t uid) {
+  if (sessions_ >= settings_.max_sessions) {
+    return "session limit reached (" + std::to_string(settings_.max_sessions) +
+           " sessions, max_sessions in the daemon settings)";
+  }
+  if (sessions_per_uid_[uid] >= settings_.max_sessions_per_uid) {
+    return "uid " + std::to_string(uid) + " has " + std::to_string(settings_.max_sessions_per_uid) +
+           " dump sessions open (max_sessions_per_uid in the daemon settings)";
+  }
+  ++sessions_;
+  ++sessions_per_uid_[uid];
   ++sessions_total_;
-  return {};
+  return std::nullopt;
 }
 
-void Server::sessionEnded(const std::shared_ptr<Session>& s) {
-  auto it = sessions_.find(s->id());
-  if (it == sessions_.end()) return;
-  if (s->registered()) claimed_.erase(s->conflictKey());
-  if (s->isDumpSession()) {
-    s->addTotals(&closed_totals_);
-    closed_write_errors_ += s->writeErrors();
+bool Server::chargeFrameBytes(uint64_t n) {
+  if (pending_frame_bytes_ + n > settings_.max_pending_frame_bytes) return false;
+  pending_frame_bytes_ += n;
+  return true;
+}
+
+void Server::releaseFrameBytes(uint64_t n) {
+  pending_frame_bytes_ -= std::min(n, pending_frame_bytes_);
+}
+
+SessionContext Server::sessionContext() { return SessionContext{io_, *pool_, claims_, settings_}; }
+
+void Server::connectionDone(const std::shared_ptr<Connection>& c) {
+  auto it = connections_.find(c->id());
+  if (it == connections_.end()) return;
+  const uid_t uid = c->peer().uid;
+  if (it->second.counted) {
+    --connections_counted_;
+    if (--connections_per_uid_[uid] == 0) connections_per_uid_.erase(uid);
   }
-  sessions_.erase(it);
+  if (const auto& s = c->session()) {
+    --sessions_;
+    if (--sessions_per_uid_[uid] == 0) sessions_per_uid_.erase(uid);
+    s->addTotals(&closed_totals_);
+    closed_write_errors_ = saturatingAdd(closed_write_errors_, s->writeErrors());
+  }
+  connections_.erase(it);
   maybeFinish();
 }
 
-void Server::shutdown() {
+void Server::shutdown(std::function<void()> on_give_up) {
   if (stopping_) return;
   stopping_ = true;
-  spdlog::info("shutting down: draining {} session(s)", activeDumpSessions());
+  spdlog::info("shutting down: draining {} session(s), at most {} ms", sessions_,
+               settings_.shutdown_timeout_ms);
   boost::system::error_code ignored;
   acceptor_.close(ignored);
-  // Copy: requestStop may end a session synchronously.
-  auto sessions = sessions_;
-  for (auto& [id, s] : sessions) s->requestStop();
+  accept_retry_timer_.cancel();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.shutdown_timeout_ms);
+  // Copy: shutdown may end a connection synchronously.
+  auto connections = connections_;
+  for (auto& [id, e] : connections) e.connection->shutdown(deadline);
+  give_up_timer_.expires_at(deadline + kShutdownGrace);
+  give_up_timer_.async_wait([this, on_give_up](const boost::system::error_code& ec) {
+    if (ec || connections_.empty()) return;
+    spdlog::error(
+        "shutdown: {} connection(s) still not finished {} s after the deadline "
+        "(a writer blocked on a file system?); exiting without them",
+        connections_.size(), kShutdownGrace.count());
+    if (on_give_up) on_give_up();
+  });
   maybeFinish();
 }
 
 void Server::maybeFinish() {
-  if (!stopping_ || !sessions_.empty()) return;
+  if (!stopping_ || !connections_.empty()) return;
   pool_->drain();
+  give_up_timer_.cancel();
   spdlog::info("all sessions drained");
   io_.stop();
 }
@@ -193,23 +285,41 @@ void Server::applySettings(const config::DaemonSettings& s) {
   note("compression", config::compressionName(settings_.compression),
        config::compressionName(s.compression));
   note("log_level", settings_.log_level, s.log_level);
+  note("max_connections", settings_.max_connections, s.max_connections);
+  note("max_connections_per_uid", settings_.max_connections_per_uid, s.max_connections_per_uid);
+  note("max_sessions_per_uid", settings_.max_sessions_per_uid, s.max_sessions_per_uid);
+  note("handshake_timeout_ms", settings_.handshake_timeout_ms, s.handshake_timeout_ms);
+  note("shutdown_timeout_ms", settings_.shutdown_timeout_ms, s.shutdown_timeout_ms);
+  note("max_open_directories", settings_.max_open_directories, s.max_open_directories);
+  note("max_pending_frame_bytes", settings_.max_pending_frame_bytes, s.max_pending_frame_bytes);
   if (s.socket_path != settings_.socket_path || s.socket_mode != settings_.socket_mode ||
       s.socket_group != settings_.socket_group || s.writer_threads != settings_.writer_threads ||
-      s.write_queue_bytes != settings_.write_queue_bytes) {
+      s.write_queue_bytes != settings_.write_queue_bytes ||
+      s.workers_idle_priority != settings_.workers_idle_priority) {
     spdlog::warn("settings: socket and writer-pool changes take effect after a restart");
   }
-  settings_.max_sessions = s.max_sessions;
-  settings_.max_ring_bytes = s.max_ring_bytes;
-  settings_.backpressure = s.backpressure;
-  settings_.block_timeout_ms = s.block_timeout_ms;
-  settings_.durability = s.durability;
-  settings_.job_quota_bytes = s.job_quota_bytes;
-  settings_.min_free_bytes = s.min_free_bytes;
-  settings_.compression = s.compression;
-  settings_.log_level = s.log_level;
+  const config::DaemonSettings keep = settings_;
+  settings_ = s;
+  settings_.socket_path = keep.socket_path;
+  settings_.socket_mode = keep.socket_mode;
+  settings_.socket_group = keep.socket_group;
+  settings_.writer_threads = keep.writer_threads;
+  settings_.write_queue_bytes = keep.write_queue_bytes;
+  settings_.workers_idle_priority = keep.workers_idle_priority;
 }
 
-v1::StatusReply Server::status() const {
+uint32_t Server::openFds() const {
+  // procfs: never blocks. O(open fds), which the limits bound.
+  uint32_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    n = n > 0 ? n - 1 : 0;  // the directory stream's own fd
+  }
+  return n;
+}
+
+v1::StatusReply Server::status(uid_t requester) const {
   v1::StatusReply r;
   r.set_version(kVersion);
   r.set_pid(::getpid());
@@ -217,36 +327,54 @@ v1::StatusReply Server::status() const {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
   r.set_socket(socket_path_);
   r.set_sessions_total(sessions_total_);
+  r.set_connections(connections_counted_);
+  r.set_open_fds(openFds());
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    r.set_fd_limit(rl.rlim_cur > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(rl.rlim_cur));
+  }
   *r.mutable_totals() = closed_totals_;
   uint64_t write_errors = closed_write_errors_;
-  std::set<std::string> roots;
-  for (const auto& [id, s] : sessions_) {
-    if (!s->isDumpSession()) continue;
-    s->fillStatus(r.add_sessions());
+  std::map<std::string, uint64_t> disks;
+  size_t bytes = r.ByteSizeLong();
+  for (const auto& [id, e] : connections_) {
+    const auto& s = e.connection->session();
+    if (!s) continue;
+    // Daemon-wide figures count every session; details only the caller's own (or all, for
+    // root): pids, paths and errors of other users' jobs are theirs.
     s->addTotals(r.mutable_totals());
-    write_errors += s->writeErrors();
-    roots.insert(s->rootPath());
+    write_errors = saturatingAdd(write_errors, s->writeErrors());
+    if (requester != 0 && s->peer().uid != requester) {
+      r.set_sessions_hidden(r.sessions_hidden() + 1);
+      continue;
+    }
+    if (bytes > kMaxStatusReplyBytes - (64u << 10)) {
+      r.set_sessions_omitted(r.sessions_omitted() + 1);
+      continue;
+    }
+    v1::SessionStatus* ss = r.add_sessions();
+    s->fillStatus(ss);
+    bytes += ss->ByteSizeLong() + 8;
+    if (auto d = s->disk()) disks[d->first] = d->second;
   }
   r.set_write_errors(write_errors);
   r.set_queue_pending_bytes(pool_->pendingBytes());
   r.set_queue_pending_records(pool_->pendingTasks());
   r.set_queue_capacity_bytes(pool_->capacityBytes());
-  for (const std::string& root : roots) {
-    struct statvfs vfs;
-    if (::statvfs(root.c_str(), &vfs) == 0) {
-      v1::DiskStatus* d = r.add_disks();
-      d->set_path(root);
-      d->set_free_bytes(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize);
-    }
+  // Free space as the sessions last measured it: a statvfs here could hang on a dead mount.
+  for (const auto& [path, free] : disks) {
+    v1::DiskStatus* d = r.add_disks();
+    d->set_path(path);
+    d->set_free_bytes(free);
   }
   return r;
 }
 
 std::string Server::statusLine() const {
-  const v1::StatusReply r = status();
+  const v1::StatusReply r = status(0);
   char buf[256];
   std::snprintf(buf, sizeof buf, "%u session(s); %llu tensors written (%.1f MiB), %llu dropped",
-                activeDumpSessions(), static_cast<unsigned long long>(r.totals().tensors_written()),
+                sessions_, static_cast<unsigned long long>(r.totals().tensors_written()),
                 static_cast<double>(r.totals().bytes_written()) / (1 << 20),
                 static_cast<unsigned long long>(r.totals().tensors_dropped()));
   return buf;

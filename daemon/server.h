@@ -1,30 +1,37 @@
-// The daemon's server: the listening socket, the set of live sessions, status, shutdown.
+// The daemon's server: the listening socket, admission (connection and session limits), the
+// set of live connections, status, and shutdown.
 //
-// Threading: everything here runs on the io_context thread, except status figures read from
-// sessions' atomics and the writer pool (thread-safe).
+// Threading: everything here runs on the io thread, except chargeFrameBytes/releaseFrameBytes
+// (io thread too) and what sessions read through SessionContext (the writer pool and the
+// claim registry are thread-safe). Status reads sessions' atomics and snapshots only.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
-#include <set>
+#include <optional>
 #include <string>
 
+#include "base/result.h"
 #include "config/daemon_settings.h"
-#include "config/result.h"
+#include "daemon/dump_session.h"
 #include "ipc/asio.h"
 #include "proto/dumpd.pb.h"
 #include "storage/writer_pool.h"
 
 namespace dumpd::daemon {
 
-class Session;
+class Connection;
 
-inline constexpr const char* kVersion = "0.1.0";
+inline constexpr const char* kVersion = "0.2.0";
 
 // Applies the worker scheduling policy of the settings to the calling thread.
 void applyWorkerPriority(bool idle);
+
+// Bound on a status reply (the wire allows 16 MiB; everyone's `dumpctl status` must work).
+inline constexpr size_t kMaxStatusReplyBytes = 4u << 20;
 
 class Server {
  public:
@@ -35,33 +42,52 @@ class Server {
   // listening socket passed by systemd. Errors name the path.
   Status listen(int inherited_fd = -1);
   void start();
-  // Stops accepting, drains every session, then lets io_context::run() return.
-  void shutdown();
+  // Stops accepting and tells every session to drain (at most shutdown_timeout_ms), then lets
+  // io_context::run() return. If sessions are still not done `kShutdownGrace` after the
+  // deadline (a writer stuck on a hung file system), `on_give_up` runs (main exits 0).
+  void shutdown(std::function<void()> on_give_up);
   bool stopping() const { return stopping_; }
 
-  v1::StatusReply status() const;
+  // What `requester_uid` may see: other users' sessions are shown to root only.
+  v1::StatusReply status(uid_t requester_uid) const;
   std::string statusLine() const;  // one line for sd_notify STATUS=
 
-  // Session callbacks (io thread).
-  Status registerSession(Session& s);
-  void sessionEnded(const std::shared_ptr<Session>& s);
+  // Connection callbacks (io thread).
+  // nullopt when `uid` may open one more dump session; otherwise why not.
+  std::optional<std::string> admitSession(uid_t uid);
+  bool chargeFrameBytes(uint64_t n);
+  void releaseFrameBytes(uint64_t n);
+  void connectionDone(const std::shared_ptr<Connection>& c);
+  SessionContext sessionContext();
+
   asio::io_context& io() { return io_; }
-  storage::WriterPool& pool() { return *pool_; }
   const config::DaemonSettings& settings() const { return settings_; }
   void applySettings(const config::DaemonSettings& s);
-  uint32_t activeDumpSessions() const;
+
+  static constexpr std::chrono::seconds kShutdownGrace{5};
 
  private:
   void doAccept();
+  void onAccepted(asio::local::stream_protocol::socket socket);
   void maybeFinish();
+  uint32_t openFds() const;
 
   asio::io_context& io_;
   config::DaemonSettings settings_;
   std::string socket_path_;
   asio::local::stream_protocol::acceptor acceptor_;
   std::unique_ptr<storage::WriterPool> pool_;
-  std::map<uint64_t, std::shared_ptr<Session>> sessions_;
-  std::set<std::string> claimed_;  // conflict keys of live dump sessions
+  ClaimRegistry claims_;
+  struct Entry {
+    std::shared_ptr<Connection> connection;
+    bool counted;  // admitted (refused connections are not counted against the limits)
+  };
+  std::map<uint64_t, Entry> connections_;
+  std::map<uid_t, uint32_t> connections_per_uid_;
+  std::map<uid_t, uint32_t> sessions_per_uid_;
+  uint32_t connections_counted_ = 0;
+  uint32_t sessions_ = 0;
+  uint64_t pending_frame_bytes_ = 0;
   uint64_t next_id_ = 1;
   uint64_t sessions_total_ = 0;
   v1::Counts closed_totals_;  // figures of sessions that ended
@@ -69,6 +95,8 @@ class Server {
   bool stopping_ = false;
   bool owns_socket_file_ = false;
   std::chrono::steady_clock::time_point started_;
+  asio::steady_timer give_up_timer_;
+  asio::steady_timer accept_retry_timer_;
 };
 
 }  // namespace dumpd::daemon

@@ -8,13 +8,13 @@
 #include <string>
 #include <string_view>
 
-#include "config/result.h"
+#include "base/result.h"
 #include "proto/dumpd.pb.h"
 
 namespace dumpd::ipc {
 
 inline constexpr uint32_t kMaxFrameBytes = 16u << 20;
-inline constexpr uint32_t kProtocolMajor = 1;
+inline constexpr uint32_t kProtocolMajor = 2;  // 2: futex wake-ups in the ring, 2 fds
 inline constexpr uint32_t kProtocolMinor = 0;
 
 // Serializes `env` with its length prefix. Errors when it exceeds max_frame_bytes.
@@ -32,6 +32,16 @@ class FrameDecoder {
   Result<std::optional<v1::Envelope>> next();
   // Bytes received but not yet consumed (a partial frame at EOF means a truncated frame).
   size_t buffered() const { return buf_.size() - pos_; }
+  // Lowers (or raises) the frame limit for frames not yet started; the daemon allows small
+  // frames only once a session is open.
+  void setMaxFrameBytes(uint32_t max_frame_bytes) { max_ = max_frame_bytes; }
+  // Returns the buffer's memory when nothing is buffered (after a large Hello).
+  void shrinkToFit() {
+    if (buffered() == 0) {
+      std::string().swap(buf_);
+      pos_ = 0;
+    }
+  }
 
  private:
   uint32_t max_;

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "config/result.h"
+#include "base/result.h"
 #include "ipc/ring_format.h"
 
 namespace dumpd::ipc {
@@ -21,7 +21,7 @@ inline constexpr uint32_t kMaxTensorsPerRecord = 4096;
 
 struct TensorSpec {
   uint8_t io = 1;      // 0 input, 1 output
-  uint8_t dtype = 10;  // storage::DType wire value
+  uint8_t dtype = 10;  // DType wire value
   uint32_t slot = 0;
   std::span<const int64_t> shape;
   std::string_view format = "DefaultFormat";

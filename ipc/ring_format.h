@@ -15,7 +15,7 @@
 namespace dumpd::ipc {
 
 inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" little-endian
-inline constexpr uint32_t kRingVersion = 1;
+inline constexpr uint32_t kRingVersion = 2;  // 2: futex wake words, closing/busy flags
 inline constexpr size_t kRingControlBytes = 4096;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr uint64_t kMinRingBytes = 64 * 1024;
@@ -37,20 +37,37 @@ struct RingControl {
   alignas(64) std::atomic<uint64_t> head;
   // Consumer-owned: bytes released (the producer may reuse everything before it).
   alignas(64) std::atomic<uint64_t> tail;
-  // 1 while the consumer is (about to be) asleep on the data doorbell.
+  // 1 while the consumer is (about to be) asleep on data_wake.
   alignas(64) std::atomic<uint32_t> consumer_waiting;
-  // 1 while the producer is (about to be) asleep on the space doorbell.
+  // Futex word the consumer sleeps on; the producer bumps it and FUTEX_WAKEs after a commit
+  // when consumer_waiting is set. The daemon also bumps it to wake its own consumer.
+  std::atomic<uint32_t> data_wake;
+  // 1 while the producer is (about to be) asleep on space_wake.
   alignas(64) std::atomic<uint32_t> producer_waiting;
-  // Producer-owned counters for the drop policy (informational for the daemon).
+  // Futex word the producer sleeps on; the consumer bumps it and FUTEX_WAKEs after a release
+  // when producer_waiting is set.
+  std::atomic<uint32_t> space_wake;
+  // Producer-owned counters for the drop policy (untrusted by the daemon: informational).
   alignas(64) std::atomic<uint64_t> dropped_records;
   std::atomic<uint64_t> dropped_tensors;
+  // Daemon-owned: 1 once the session is closing (SIGTERM, or the client hung up). The
+  // producer starts no record after it sees it.
+  alignas(64) std::atomic<uint32_t> closing;
+  // Producer-owned: 1 from just before the producer checks `closing` for a new record until
+  // that record is committed or abandoned. With `closing` it forms a Dekker handshake: either
+  // the producer sees closing and refuses, or the daemon sees busy and waits for the commit.
+  alignas(64) std::atomic<uint32_t> producer_busy;
 };
 static_assert(sizeof(RingControl) <= kRingControlBytes);
 static_assert(offsetof(RingControl, head) == 64);
 static_assert(offsetof(RingControl, tail) == 128);
 static_assert(offsetof(RingControl, consumer_waiting) == 192);
 static_assert(offsetof(RingControl, producer_waiting) == 256);
+static_assert(offsetof(RingControl, data_wake) == 196);
+static_assert(offsetof(RingControl, space_wake) == 260);
 static_assert(offsetof(RingControl, dropped_records) == 320);
+static_assert(offsetof(RingControl, closing) == 384);
+static_assert(offsetof(RingControl, producer_busy) == 448);
 
 enum class RecordKind : uint16_t {
   kPad = 1,      // skip to the start of the data area (wrap-around filler)
@@ -91,7 +108,7 @@ inline constexpr uint32_t kOpMarked = 1;  // set_dump mark (dump_mode 2)
 // follow at data_offset (from the record start), each 64-byte aligned.
 struct TensorDesc {
   uint8_t io;     // 0 input, 1 output
-  uint8_t dtype;  // storage::DType wire value
+  uint8_t dtype;  // DType wire value
   uint8_t ndim;
   uint8_t format_len;
   uint32_t slot;

@@ -1,5 +1,7 @@
 #include "ipc/shm_ring.h"
 
+#include "ipc/futex.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -7,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <string>
@@ -92,7 +95,15 @@ bool RingProducer::fits(uint64_t body_bytes) const {
 }
 
 std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
-  if (!fits(body_bytes)) return nullptr;
+  // seq_cst store then seq_cst load: Dekker handshake with RingConsumer::setClosing (closing
+  // store, then producerBusy load). Either we see closing and start nothing, or the daemon
+  // sees busy and waits for this record's commit before its final drain.
+  control()->producer_busy.store(1, std::memory_order_seq_cst);
+  if (control()->closing.load(std::memory_order_seq_cst) != 0 || !fits(body_bytes)) {
+    // Release: nothing of ours is in flight; pairs with the daemon's seq_cst load.
+    control()->producer_busy.store(0, std::memory_order_release);
+    return nullptr;
+  }
   const uint64_t length = recordLength(body_bytes);
   const uint64_t off = head_ % capacity_;
   res_pad_ = (off + length > capacity_) ? capacity_ - off : 0;
@@ -103,7 +114,16 @@ std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
   return data_ + (head_ + res_pad_) % capacity_ + sizeof(RecordHeader);
 }
 
-uint64_t RingProducer::commit(const Doorbell& data_bell) {
+void RingProducer::abandon() {
+  reserved_ = false;
+  control()->producer_busy.store(0, std::memory_order_release);
+}
+
+bool RingProducer::closing() const {
+  return control()->closing.load(std::memory_order_acquire) != 0;
+}
+
+uint64_t RingProducer::commit() {
   if (res_pad_ != 0) {
     RecordHeader pad{};
     pad.magic = kRecordMagic;
@@ -123,24 +143,35 @@ uint64_t RingProducer::commit(const Doorbell& data_bell) {
   reserved_ = false;
   // seq_cst (not just release): together with the consumer's seq_cst store of
   // consumer_waiting and load of head, this is a Dekker handshake. Either we see its flag
-  // and ring, or it sees our head and does not sleep. Release semantics publish the bytes.
+  // and wake it, or it sees our head and does not sleep. Release semantics publish the bytes.
   control()->head.store(head_, std::memory_order_seq_cst);
-  if (control()->consumer_waiting.load(std::memory_order_seq_cst) != 0) data_bell.ring();
+  // After head, seq_cst: a daemon whose seq_cst load sees busy == 0 from this store also
+  // sees the head stored above (pairs with RingConsumer::producerBusy).
+  control()->producer_busy.store(0, std::memory_order_seq_cst);
+  if (control()->consumer_waiting.load(std::memory_order_seq_cst) != 0) {
+    futexBumpAndWake(control()->data_wake);
+  }
   return sequence_;
 }
 
-bool RingProducer::waitForSpace(uint64_t body_bytes, const Doorbell& space_bell, int timeout_ms) {
+bool RingProducer::waitForSpace(uint64_t body_bytes, int timeout_ms) {
   if (recordLength(body_bytes) > capacity_) return false;
-  while (!fits(body_bytes)) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!fits(body_bytes) && !closing()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    // Read the wake word before declaring we wait: a release after this load changes it, so
+    // the futex wait below returns at once instead of missing the wake.
+    const uint32_t seen = control()->space_wake.load(std::memory_order_seq_cst);
     // Dekker handshake with RingConsumer::release (seq_cst on both sides).
     control()->producer_waiting.store(1, std::memory_order_seq_cst);
-    if (fits(body_bytes)) break;
-    const bool woke = space_bell.wait(timeout_ms);
+    if (!fits(body_bytes) && !closing()) {
+      futexWait(control()->space_wake, seen, static_cast<int>(left.count()));
+    }
     control()->producer_waiting.store(0, std::memory_order_relaxed);
-    if (!woke && !fits(body_bytes)) return false;
   }
-  control()->producer_waiting.store(0, std::memory_order_relaxed);
-  return true;
+  return fits(body_bytes) && !closing();
 }
 
 uint64_t RingProducer::usedBytes() const {
@@ -161,8 +192,9 @@ Result<RingConsumer> RingConsumer::attach(UniqueFd memfd, uint64_t claimed_bytes
   if (seals < 0) {
     return makeError(ErrorCode::kProtocol, "ring fd is not a sealable memfd");
   }
-  if ((seals & F_SEAL_SHRINK) == 0) {
-    return makeError(ErrorCode::kProtocol, "ring memfd is not sealed against shrinking");
+  if ((seals & F_SEAL_SHRINK) == 0 || (seals & F_SEAL_GROW) == 0) {
+    return makeError(ErrorCode::kProtocol,
+                     "ring memfd is not sealed against shrinking and growing");
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) return sysError("fstat ring");
@@ -175,13 +207,20 @@ Result<RingConsumer> RingConsumer::attach(UniqueFd memfd, uint64_t claimed_bytes
                                                         " bytes exceeds the limit of " +
                                                         std::to_string(max_ring_bytes));
   }
-  if (static_cast<uint64_t>(st.st_size) < claimed_bytes) {
+  if (static_cast<uint64_t>(st.st_size) != claimed_bytes) {
     return makeError(ErrorCode::kProtocol, "ring claims " + std::to_string(claimed_bytes) +
                                                " bytes but the memfd holds " +
                                                std::to_string(st.st_size));
   }
-  void* base =
-      ::mmap(nullptr, claimed_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // st_blocks counts allocated 512-byte units: a sparse memfd would make the daemon fault in
+  // (and be charged for) the client's memory as it reads.
+  if (static_cast<uint64_t>(st.st_blocks) * 512 < claimed_bytes) {
+    return makeError(ErrorCode::kProtocol,
+                     "ring memfd is sparse (" + std::to_string(uint64_t(st.st_blocks) * 512) +
+                         " of " + std::to_string(claimed_bytes) +
+                         " bytes allocated): the client must pre-fault its ring");
+  }
+  void* base = ::mmap(nullptr, claimed_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) return sysError("mmap ring");
   RingMapping map(base, claimed_bytes);
   RingControl ctl_copy;
@@ -254,21 +293,38 @@ Result<std::optional<RingConsumer::Record>> RingConsumer::next() {
   return std::optional<Record>(r);
 }
 
-void RingConsumer::release(uint64_t end, const Doorbell& space_bell) {
-  if (end <= released_.load(std::memory_order_relaxed)) return;
+bool RingConsumer::release(uint64_t end) {
+  if (end <= released_.load(std::memory_order_relaxed)) return false;
   released_.store(end, std::memory_order_relaxed);
   // seq_cst: Dekker handshake with RingProducer::waitForSpace; also a release, so our reads
   // of the freed bytes happen before the producer's next writes to them.
   control()->tail.store(end, std::memory_order_seq_cst);
-  if (control()->producer_waiting.load(std::memory_order_seq_cst) != 0) space_bell.ring();
+  return control()->producer_waiting.load(std::memory_order_seq_cst) != 0;
 }
 
-void RingConsumer::waitForData(const Doorbell& data_bell, int timeout_ms, int stop_fd) {
+void RingConsumer::wakeProducer() { futexBumpAndWake(control()->space_wake); }
+
+void RingConsumer::waitForData(int timeout_ms) {
+  const uint32_t seen = control()->data_wake.load(std::memory_order_seq_cst);
   control()->consumer_waiting.store(1, std::memory_order_seq_cst);
   if (control()->head.load(std::memory_order_seq_cst) == read_) {
-    data_bell.wait(timeout_ms, stop_fd);
+    futexWait(control()->data_wake, seen, timeout_ms);
   }
   control()->consumer_waiting.store(0, std::memory_order_relaxed);
+}
+
+void RingConsumer::wakeConsumer() { futexBumpAndWake(control()->data_wake); }
+
+void RingConsumer::setClosing() {
+  // seq_cst: pairs with the producer's seq_cst store of producer_busy and load of closing
+  // in RingProducer::tryReserve (see producerBusy).
+  control()->closing.store(1, std::memory_order_seq_cst);
+  futexBumpAndWake(control()->space_wake);  // a producer waiting for space fails fast
+  futexBumpAndWake(control()->data_wake);
+}
+
+bool RingConsumer::producerBusy() const {
+  return control()->producer_busy.load(std::memory_order_seq_cst) != 0;
 }
 
 uint64_t RingConsumer::usedBytes() const {

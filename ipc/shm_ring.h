@@ -13,10 +13,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "config/result.h"
-#include "ipc/doorbell.h"
+#include "base/result.h"
+#include "base/unique_fd.h"
 #include "ipc/ring_format.h"
-#include "ipc/unique_fd.h"
 
 namespace dumpd::ipc {
 
@@ -57,19 +56,22 @@ class RingProducer {
   uint64_t maxBodyBytes() const { return capacity_ - sizeof(RecordHeader); }
 
   // Reserves space for one record with `body_bytes` after its header and returns a pointer
-  // to the body, or nullptr when the ring lacks space right now. At most one reservation is
-  // open at a time. REQUIRES: body_bytes <= maxBodyBytes().
+  // to the body, or nullptr when the ring lacks space right now or the daemon is closing the
+  // session (closing() tells which). At most one reservation is open at a time.
+  // REQUIRES: body_bytes <= maxBodyBytes().
   std::byte* tryReserve(RecordKind kind, uint64_t body_bytes);
-  // Publishes the open reservation (and any wrap padding before it); rings `data_bell` only
-  // if the consumer declared it is sleeping. Returns the record's sequence number.
-  uint64_t commit(const Doorbell& data_bell);
+  // Publishes the open reservation (and any wrap padding before it); wakes the consumer only
+  // if it declared it is sleeping. Returns the record's sequence number.
+  uint64_t commit();
   // Drops the open reservation; nothing is published.
-  void abandon() { reserved_ = false; }
+  void abandon();
 
-  // Waits on `space_bell` until a record with `body_bytes` could be reserved, or until
-  // timeout_ms passes (-1 = forever). Returns true when it fits.
-  bool waitForSpace(uint64_t body_bytes, const Doorbell& space_bell, int timeout_ms);
+  // Sleeps until a record with `body_bytes` could be reserved, the daemon closes the session,
+  // or timeout_ms (>= 0) passes. Returns true when it fits now.
+  bool waitForSpace(uint64_t body_bytes, int timeout_ms);
   bool fits(uint64_t body_bytes) const;
+  // True once the daemon marked the session closing: no record can be started any more.
+  bool closing() const;
 
   uint64_t usedBytes() const;
   uint64_t lastSequence() const { return sequence_; }
@@ -105,8 +107,10 @@ class RingConsumer {
   };
 
   // Maps a ring the client created. Checks that `memfd` is a memfd sealed against shrinking
-  // (so the client cannot truncate it under us: no SIGBUS), at least `claimed_bytes` long,
-  // not above `max_ring_bytes`, with a valid control block.
+  // and growing (so the client cannot truncate it under us: no SIGBUS), exactly
+  // `claimed_bytes` long, not above `max_ring_bytes`, wholly allocated (the client pre-faults
+  // its ring, so the daemon never faults in, nor is charged for, a sparse memfd), with a
+  // valid control block. No MAP_POPULATE: mapping costs the daemon no page faults.
   static Result<RingConsumer> attach(UniqueFd memfd, uint64_t claimed_bytes,
                                      uint64_t max_ring_bytes);
   RingConsumer(RingConsumer&& o) noexcept
@@ -122,13 +126,20 @@ class RingConsumer {
   // The next committed record after the read cursor (pad records included, so their space
   // is released in order); nullopt when none is committed; an error when the ring is corrupt.
   Result<std::optional<Record>> next();
-  // Releases every byte before `end` to the producer; rings `space_bell` only if the
-  // producer declared it is waiting. REQUIRES: calls serialised by the caller (any thread)
-  // with `end` non-decreasing.
-  void release(uint64_t end, const Doorbell& space_bell);
-  // Sleeps until data is committed, `stop_fd` is readable, or the timeout passes.
-  void waitForData(const Doorbell& data_bell, int timeout_ms, int stop_fd);
+  // Releases every byte before `end` to the producer. Returns true when the producer declared
+  // it is waiting for space: the caller then calls wakeProducer(), outside any lock.
+  // REQUIRES: calls serialised by the caller (any thread) with `end` non-decreasing.
+  [[nodiscard]] bool release(uint64_t end);
+  void wakeProducer();
+  // Sleeps until data is committed, wakeConsumer() is called, or timeout_ms passes.
+  void waitForData(int timeout_ms);
+  // Wakes waitForData (from any thread of the daemon).
+  void wakeConsumer();
   bool hasData() const;
+  // Marks the session closing (the producer starts no new record) and wakes both sides.
+  void setClosing();
+  // True while the producer is between checking `closing` and committing a record.
+  bool producerBusy() const;
 
   uint64_t capacity() const { return capacity_; }
   uint64_t usedBytes() const;  // committed and not yet released

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "config/result.h"
+#include "base/result.h"
+#include "base/unique_fd.h"
 #include "ipc/frame.h"
-#include "ipc/unique_fd.h"
 
 namespace dumpd::ipc {
 

@@ -120,6 +120,8 @@ class FaultDirectory final : public Directory {
     if (Status s = state_->check(FsOp::kSyncDirectory, path()); !s) return s;
     return base_->sync();
   }
+  // Not a numbered call: cleaning is best effort and its failures change no outcome.
+  Result<uint64_t> removeStaleTemporaries() override { return base_->removeStaleTemporaries(); }
 
  private:
   std::shared_ptr<Directory> base_;
@@ -140,6 +142,8 @@ Result<std::shared_ptr<Directory>> FaultInjectingFileSystem::openDirectory(
   return std::shared_ptr<Directory>(
       std::make_shared<FaultDirectory>(std::move(dir.value()), state_));
 }
+
+const Credentials* FaultInjectingFileSystem::credentials() const { return base_->credentials(); }
 
 Result<uint64_t> FaultInjectingFileSystem::freeBytes() {
   if (Status s = state_->check(FsOp::kFreeBytes, ""); !s) return s.error();

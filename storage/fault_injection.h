@@ -23,6 +23,7 @@ class FaultInjectingFileSystem final : public FileSystem {
   Result<std::shared_ptr<Directory>> openDirectory(std::string_view path,
                                                    DirectoryOptions options) override;
   Result<uint64_t> freeBytes() override;
+  const Credentials* credentials() const override;
 
   // Fails the call with this index (0-based, counted over all kinds).
   void failCall(uint64_t index, ErrorCode code = ErrorCode::kNoSpace);

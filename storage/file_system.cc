@@ -1,9 +1,11 @@
 #include "storage/file_system.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -11,6 +13,24 @@ namespace dumpd::storage {
 namespace {
 
 constexpr std::string_view kTemporaryPrefix = ".dumpd-tmp-";
+
+// Drawn once per process (see temporaryName()).
+uint32_t incarnation() {
+  static const uint32_t value = [] {
+    uint32_t v = 0;
+    if (::getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v)) {
+      v = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    }
+    return v;
+  }();
+  return value;
+}
+
+// ".dumpd-tmp-<pid>-<incarnation>-" into buf; returns its length.
+int ownTemporaryPrefix(char (&buf)[kTemporaryNameMax]) {
+  return std::snprintf(buf, sizeof buf, "%.*s%d-%08x-", static_cast<int>(kTemporaryPrefix.size()),
+                       kTemporaryPrefix.data(), static_cast<int>(::getpid()), incarnation());
+}
 
 }  // namespace
 
@@ -79,8 +99,8 @@ void temporaryName(char (&buf)[kTemporaryNameMax]) {
   static std::atomic<uint64_t> counter{0};
   // Relaxed: only uniqueness matters.
   uint64_t n = counter.fetch_add(1, std::memory_order_relaxed);
-  std::snprintf(buf, sizeof buf, "%.*s%d-%llu", static_cast<int>(kTemporaryPrefix.size()),
-                kTemporaryPrefix.data(), static_cast<int>(::getpid()),
+  int len = ownTemporaryPrefix(buf);
+  std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), "%llu",
                 static_cast<unsigned long long>(n));
 }
 
@@ -91,6 +111,12 @@ std::string temporaryName() {
 }
 
 bool isTemporaryName(std::string_view name) { return name.starts_with(kTemporaryPrefix); }
+
+bool isOwnTemporaryName(std::string_view name) {
+  char prefix[kTemporaryNameMax];
+  int len = ownTemporaryPrefix(prefix);
+  return name.starts_with(std::string_view(prefix, static_cast<size_t>(len)));
+}
 
 ErrorCode errorCodeForErrno(int err) {
   switch (err) {

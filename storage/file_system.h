@@ -22,7 +22,8 @@
 #include <string>
 #include <string_view>
 
-#include "config/result.h"
+#include "base/result.h"
+#include "storage/credentials.h"
 
 namespace dumpd::storage {
 
@@ -54,13 +55,18 @@ Status validateName(std::string_view name);
 // Joins a directory path and a name ("" + "a" -> "a").
 std::string joinPath(std::string_view dir, std::string_view name);
 
-// Temporary files are named ".dumpd-tmp-<pid>-<n>": short (the final name may already use
-// the 255 bytes a name may have) and unique within the process.
-inline constexpr size_t kTemporaryNameMax = 48;
+// Temporary files are named ".dumpd-tmp-<pid>-<incarnation>-<n>": short (the final name may
+// already use the 255 bytes a name may have) and unique within the process. <incarnation> is
+// 8 random hex digits drawn once per process: a daemon restarted under the same pid (pid 1 of
+// a container) can still tell its own temporary files from those a crash left behind.
+inline constexpr size_t kTemporaryNameMax = 64;
 std::string temporaryName();
 // The same, NUL-terminated in a caller's buffer (no allocation).
 void temporaryName(char (&buf)[kTemporaryNameMax]);
 bool isTemporaryName(std::string_view name);
+// True for a temporary name this process made (same pid and incarnation): a file being
+// written now. Any other temporary name is a leftover of a process that died.
+bool isOwnTemporaryName(std::string_view name);
 
 // Maps an errno value to an ErrorCode, and builds "<what> <path>: <strerror>".
 ErrorCode errorCodeForErrno(int err);
@@ -122,6 +128,11 @@ class Directory {
   virtual Status syncFile(std::string_view name) = 0;
   // fsync of the directory itself (makes created, renamed and removed entries durable).
   virtual Status sync() = 0;
+  // Removes the leftovers of crashed writers: every entry whose name isTemporaryName() but
+  // not isOwnTemporaryName(). Returns how many were removed; an entry that cannot be removed
+  // (a directory, EPERM) fails the call, after the others before it were removed.
+  // REQUIRES: no other live process writes temporary files into this directory.
+  virtual Result<uint64_t> removeStaleTemporaries() = 0;
 };
 
 class FileSystem {
@@ -134,22 +145,33 @@ class FileSystem {
                                                            DirectoryOptions options) = 0;
   // Bytes available to unprivileged users on the root's file system (statvfs f_bavail).
   virtual Result<uint64_t> freeBytes() = 0;
+  // The credentials every operation is performed with (PosixOptions::act_as); null: the
+  // process's own. Operations switch to them one by one; a caller about to make many calls in
+  // a row may hold a ScopedCredentials with them around all of them, which makes the calls'
+  // own switches free (a nested scope with the same credentials does nothing).
+  virtual const Credentials* credentials() const { return nullptr; }
 
   // mkdir -p beneath the root.
   Status createDirectories(std::string_view path, bool sync_created = false);
 };
 
 struct PosixOptions {
-  // Owner given to every created directory and file (fchown; EPERM is ignored, after which
-  // the file system stops trying). Unset: files belong to the daemon's own uid/gid.
-  std::optional<uint32_t> owner_uid;
-  std::optional<uint32_t> owner_gid;
+  // The client the daemon writes for. Set: every call that resolves a name or creates,
+  // renames or removes an entry runs with these credentials (ScopedCredentials), so the
+  // kernel applies the client's permissions (a root daemon has none of its own there) and
+  // what is created belongs to the client's uid and gid. Writes to open files switch nothing.
+  // Unset: the process's own credentials and ownership.
+  std::optional<Credentials> act_as;
 };
 
 // The real file system beneath `root_dirfd`, which it takes ownership of (closed even on
 // error). An O_PATH|O_DIRECTORY fd, as the client sends it, is enough.
+// With options.act_as: a process that is not root can only act as its own uid (it then keeps
+// its own credentials, which are the client's); another uid is refused with kPermission, as
+// is a root process that cannot switch (no CAP_SETUID/CAP_SETGID).
 Result<std::shared_ptr<FileSystem>> makePosixFileSystem(int root_dirfd, PosixOptions options = {});
-// Opens `root_path` (O_PATH|O_DIRECTORY) and wraps it; for tools and tests.
+// Opens `root_path` (O_PATH|O_DIRECTORY, as options.act_as when set) and wraps it; for tools
+// and tests.
 Result<std::shared_ptr<FileSystem>> openPosixFileSystem(const std::string& root_path,
                                                         PosixOptions options = {});
 

@@ -1,11 +1,15 @@
 #include "storage/job_writer.h"
 
+#include "base/element_count.h"
+
 #include <algorithm>
 #include <chrono>
+#include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "storage/credentials.h"
 #include "storage/names.h"
 #include "storage/npy.h"
 #include "storage/statistic_csv.h"
@@ -31,14 +35,14 @@ uint64_t iterationKey(uint32_t graph, uint32_t iteration) {
   return (uint64_t{graph} << 32) | iteration;
 }
 
-bool ioSelected(config::IoSelect select, config::Io io) {
+bool ioSelected(config::IoSelect select, Io io) {
   switch (select) {
     case config::IoSelect::kBoth:
       return true;
     case config::IoSelect::kInputs:
-      return io == config::Io::kInput;
+      return io == Io::kInput;
     case config::IoSelect::kOutputs:
-      return io == config::Io::kOutput;
+      return io == Io::kOutput;
   }
   return true;
 }
@@ -70,14 +74,9 @@ Result<uint64_t> checkTensor(const TensorView& t, std::string_view op_name) {
                          std::to_string(t.slot) + " (shape " + shape + "): " + what);
   };
   if (!dtypeValid(static_cast<uint8_t>(t.dtype))) return bad("unknown dtype");
-  uint64_t n = 1;
-  for (int64_t d : t.shape) {
-    if (d < 0) return bad("negative dimension");
-    // 2^56 elements of at most 16 bytes: byte counts below can never overflow.
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > (uint64_t{1} << 56)) {
-      return bad("too many elements");
-    }
-  }
+  const auto count = elementCount(t.shape);
+  if (!count) return bad("has a negative dimension or more than 2^56 elements");
+  const uint64_t n = *count;
   uint64_t need = sourceBytes(t.dtype, n);
   if (t.data.size() != need) {
     return bad("has " + std::to_string(t.data.size()) + " data bytes, " +
@@ -86,16 +85,59 @@ Result<uint64_t> checkTensor(const TensorView& t, std::string_view op_name) {
   return n;
 }
 
+// An AppendFile the writer keeps open between calls; counts itself in `open`
+// (JobCounters::open_fds). Relaxed: `open` is a figure for reports, it orders nothing.
+class HeldAppender {
+ public:
+  explicit HeldAppender(std::atomic<uint64_t>& open) : open_(open) {}
+  ~HeldAppender() { reset(); }
+  HeldAppender(const HeldAppender&) = delete;
+  HeldAppender& operator=(const HeldAppender&) = delete;
+
+  void hold(std::unique_ptr<AppendFile> file) {
+    reset();
+    file_ = std::move(file);
+    open_.fetch_add(1, std::memory_order_relaxed);
+  }
+  void reset() {
+    if (!file_) return;
+    file_.reset();
+    open_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  explicit operator bool() const { return file_ != nullptr; }
+  AppendFile* operator->() const { return file_.get(); }
+
+ private:
+  std::atomic<uint64_t>& open_;
+  std::unique_ptr<AppendFile> file_;
+};
+
 // One directory the job writes files into, with its appenders. An iteration directory also
-// keeps the figures of its manifest line.
+// keeps the figures of its manifest line; they stay here while the directory is closed.
 struct DirState {
-  std::shared_ptr<Directory> dir;
+  DirState(std::string p, std::atomic<uint64_t>& open_appenders)
+      : path(std::move(p)), stat_csv(open_appenders), mapping_csv(open_appenders) {}
+
+  const std::string path;  // root-relative
   uint32_t graph = 0;
   uint32_t iteration = 0;
 
-  std::mutex mu;  // guards the appenders, `unsynced`, `reasons`, `errors`
-  std::unique_ptr<AppendFile> stat_csv;
-  std::unique_ptr<AppendFile> mapping_csv;
+  // Guarded by Impl::mu (the job's table of open directories).
+  std::shared_ptr<Directory> dir;          // null while closed (not opened yet, or closed as LRU)
+  std::list<DirState*>::iterator lru_pos;  // in Impl::lru while `dir` is set
+  bool cleaned = false;                    // stale temporaries removed (at the first open)
+  // Calls using `dir` now (DirLease); a pinned directory is never closed. Raised under
+  // Impl::mu; lowered without it, with release, pairs with the acquire in
+  // Impl::closeLeastRecentlyUsed(): the holder's uses happen before the close.
+  std::atomic<uint32_t> pins{0};
+
+  std::mutex mu;  // guards the appenders, the `*_used` flags, `unsynced`, `reasons`, `errors`
+  HeldAppender stat_csv;
+  HeldAppender mapping_csv;
+  // An appender was opened here at least once: its file is synced at completion even when
+  // the appender was closed meanwhile (directory closed as least recently used).
+  bool stat_csv_used = false;
+  bool mapping_csv_used = false;
   std::vector<std::string> unsynced;  // durability "iteration": fsync'ed at completion
   std::vector<std::string> reasons;
   uint64_t errors = 0;
@@ -112,11 +154,33 @@ struct DirState {
   }
 };
 
+// One call's hold on an open directory (Impl::pin): the directory is not closed meanwhile.
+class DirLease {
+ public:
+  DirLease(std::shared_ptr<DirState> state, std::shared_ptr<Directory> dir)
+      : state_(std::move(state)), dir_(std::move(dir)) {}
+  DirLease(DirLease&&) noexcept = default;  // the moved-from lease holds no pin
+  DirLease& operator=(DirLease&&) = delete;
+  ~DirLease() {
+    // Release: pairs with the acquire in Impl::closeLeastRecentlyUsed().
+    if (state_) state_->pins.fetch_sub(1, std::memory_order_release);
+  }
+
+  DirState& state() const { return *state_; }
+  Directory& dir() const { return *dir_; }
+
+ private:
+  std::shared_ptr<DirState> state_;
+  std::shared_ptr<Directory> dir_;
+};
+
 enum class SyncPolicy { kNone, kNow, kDeferred };
 
 }  // namespace
 
 struct JobWriter::Impl {
+  // First: the DirStates' appenders count themselves in it until they are destroyed.
+  std::atomic<uint64_t> open_appenders{0};
   std::shared_ptr<FileSystem> fs;
   config::DumpPlan plan;
   JobOptions options;
@@ -127,14 +191,20 @@ struct JobWriter::Impl {
   bool lz4 = false;
   std::shared_ptr<DirState> metadata;
 
-  std::mutex mu;  // guards the maps below
+  std::mutex mu;  // guards the maps and `lru` below, and each DirState's `dir` and `lru_pos`
   std::map<uint64_t, std::shared_ptr<DirState>> open_iterations;
   std::set<uint64_t> completed;
   std::map<uint32_t, std::shared_ptr<DirState>> constants;
   std::map<std::string, std::shared_ptr<DirState>> rank_subdirs;  // graphs, execution_order
+  // The DirStates whose directory is open, most recently used first; at most
+  // options.max_open_directories of them unless more are pinned by calls in flight.
+  std::list<DirState*> lru;
+  // Figures for counters(), written under mu; relaxed: they order nothing.
+  std::atomic<uint64_t> open_directories{0};
+  std::atomic<uint64_t> stale_temporaries_removed{0};
 
-  std::mutex manifest_mu;
-  std::unique_ptr<AppendFile> manifest;
+  std::mutex manifest_mu;  // guards `manifest`; taken before mu
+  HeldAppender manifest{open_appenders};
 
   // Payload gate: quota and free-space watermark.
   std::atomic<bool> payload_stopped{false};
@@ -179,6 +249,14 @@ struct JobWriter::Impl {
     return e;
   }
 
+  // Enters the file system's credentials (FileSystem::credentials()) for a whole call: the
+  // file operations inside then switch nothing (a nested scope with the same credentials is
+  // free), so a call pays one switch instead of two per file. A failure is recorded.
+  Status actAs(ScopedCredentials& scope) {
+    if (Status s = scope.enter(fs->credentials()); !s) return recordError(s.error());
+    return {};
+  }
+
   void stopPayloads(const std::string& reason) {
     std::lock_guard lock(counters_mu);
     if (stop_reason.empty()) stop_reason = reason;
@@ -190,87 +268,150 @@ struct JobWriter::Impl {
     return stop_reason;
   }
 
-  Result<std::shared_ptr<DirState>> openDirState(const std::string& path) {
-    auto dir = fs->openDirectory(path, {.create = true, .sync_created = syncDirs()});
-    if (!dir) return dir.error();
-    auto ds = std::make_shared<DirState>();
-    ds->dir = std::move(dir.value());
-    return ds;
+  std::shared_ptr<DirState> newDirState(std::string path) {
+    return std::make_shared<DirState>(std::move(path), open_appenders);
   }
 
-  Result<std::shared_ptr<DirState>> iterationDir(uint32_t graph, uint32_t iteration) {
+  size_t maxOpenDirectories() const { return std::max<size_t>(options.max_open_directories, 1); }
+
+  // Pins `ds` open for one call: opens its directory when closed (the first open also removes
+  // leftover temporary files), makes it the most recently used, and closes the least recently
+  // used unpinned directories beyond the cap.
+  Result<DirLease> pin(const std::shared_ptr<DirState>& ds) {
+    std::lock_guard lock(mu);
+    return pinLocked(ds);
+  }
+
+  // REQUIRES: mu held.
+  Result<DirLease> pinLocked(const std::shared_ptr<DirState>& ds) {
+    if (ds->dir) {
+      lru.splice(lru.begin(), lru, ds->lru_pos);
+      ds->pins.fetch_add(1, std::memory_order_relaxed);  // under mu, as every reader
+      return DirLease(ds, ds->dir);
+    }
+    auto dir = fs->openDirectory(ds->path, {.create = true, .sync_created = syncDirs()});
+    if (!dir) return dir.error();
+    ds->dir = std::move(dir.value());
+    if (!ds->cleaned) {
+      ds->cleaned = true;
+      // Best effort: a leftover costs space only; failing to remove it must not stop a dump.
+      if (auto n = ds->dir->removeStaleTemporaries()) {
+        stale_temporaries_removed.fetch_add(n.value(), std::memory_order_relaxed);
+      }
+    }
+    lru.push_front(ds.get());
+    ds->lru_pos = lru.begin();
+    ds->pins.fetch_add(1, std::memory_order_relaxed);  // before closing others: not this one
+    closeLeastRecentlyUsed();
+    open_directories.store(lru.size(), std::memory_order_relaxed);
+    return DirLease(ds, ds->dir);
+  }
+
+  // Closes unpinned directories, least recently used first, until at most the cap are open.
+  // Their appenders close too; rows written stay in the files, the figures in the DirState.
+  // REQUIRES: mu held.
+  void closeLeastRecentlyUsed() {
+    auto it = lru.end();
+    while (lru.size() > maxOpenDirectories() && it != lru.begin()) {
+      --it;
+      DirState& victim = **it;
+      // Acquire: pairs with the release in ~DirLease.
+      if (victim.pins.load(std::memory_order_acquire) != 0) continue;
+      it = lru.erase(it);
+      victim.dir.reset();
+      std::lock_guard lock(victim.mu);
+      victim.stat_csv.reset();
+      victim.mapping_csv.reset();
+    }
+  }
+
+  // Takes `ds` out of the open directories; returns its directory (null when closed).
+  // REQUIRES: mu held.
+  std::shared_ptr<Directory> detachLocked(DirState& ds) {
+    if (!ds.dir) return nullptr;
+    lru.erase(ds.lru_pos);
+    open_directories.store(lru.size(), std::memory_order_relaxed);
+    return std::move(ds.dir);
+  }
+
+  Result<DirLease> iterationDir(uint32_t graph, uint32_t iteration) {
     uint64_t key = iterationKey(graph, iteration);
     std::lock_guard lock(mu);
     auto it = open_iterations.find(key);
-    if (it != open_iterations.end()) return it->second;
+    if (it != open_iterations.end()) return pinLocked(it->second);
     std::string path = net_dir;
     path.push_back('/');
     appendDecimal(path, graph);
     path.push_back('/');
     appendDecimal(path, iteration);
-    auto ds = openDirState(path);
-    if (!ds) return ds.error();
-    ds.value()->graph = graph;
-    ds.value()->iteration = iteration;
+    auto ds = newDirState(std::move(path));
+    ds->graph = graph;
+    ds->iteration = iteration;
+    auto lease = pinLocked(ds);
+    if (!lease) return lease.error();
     // Written again after completion: the iteration is reopened and gets a new manifest line.
     completed.erase(key);
-    open_iterations.emplace(key, ds.value());
-    return ds;
+    open_iterations.emplace(key, std::move(ds));
+    return lease;
   }
 
-  Result<std::shared_ptr<DirState>> constantsDir(uint32_t graph) {
+  Result<DirLease> constantsDir(uint32_t graph) {
     std::lock_guard lock(mu);
     auto it = constants.find(graph);
-    if (it != constants.end()) return it->second;
+    if (it != constants.end()) return pinLocked(it->second);
     std::string path = net_dir;
     path.push_back('/');
     appendDecimal(path, graph);
     path.append("/constants");
-    auto ds = openDirState(path);
-    if (!ds) return ds.error();
-    constants.emplace(graph, ds.value());
-    return ds;
+    auto ds = newDirState(std::move(path));
+    auto lease = pinLocked(ds);
+    if (!lease) return lease.error();
+    constants.emplace(graph, std::move(ds));
+    return lease;
   }
 
-  Result<std::shared_ptr<DirState>> rankSubdir(const std::string& name) {
+  Result<DirLease> rankSubdir(const std::string& name) {
     std::lock_guard lock(mu);
     auto it = rank_subdirs.find(name);
-    if (it != rank_subdirs.end()) return it->second;
-    auto ds = openDirState(rank_dir + "/" + name);
-    if (!ds) return ds.error();
-    rank_subdirs.emplace(name, ds.value());
-    return ds;
+    if (it != rank_subdirs.end()) return pinLocked(it->second);
+    auto ds = newDirState(rank_dir + "/" + name);
+    auto lease = pinLocked(ds);
+    if (!lease) return lease.error();
+    rank_subdirs.emplace(name, std::move(ds));
+    return lease;
   }
 
-  // Lazily opens `file` = `name` in ds, writing `header` into a new (empty) file; with
+  // Opens `name` in dir for appending, writing `header` into a new (empty) file; with
   // `sync_new_entry`, a new file's directory entry is made durable at once.
-  // REQUIRES: ds.mu held.
-  Status ensureAppender(DirState& ds, std::unique_ptr<AppendFile>& file, std::string_view name,
-                        std::string_view header, bool sync_new_entry) {
-    if (file) return {};
-    auto opened = ds.dir->openAppend(name);
+  Result<std::unique_ptr<AppendFile>> openAppender(Directory& dir, std::string_view name,
+                                                   std::string_view header, bool sync_new_entry) {
+    auto opened = dir.openAppend(name);
     if (!opened) return opened.error();
     if (opened.value()->size() == 0) {
       if (sync_new_entry) {
-        if (Status s = ds.dir->sync(); !s) return s;
+        if (Status s = dir.sync(); !s) return s.error();
       }
       if (!header.empty()) {
-        if (Status s = opened.value()->append(header); !s) return s;
+        if (Status s = opened.value()->append(header); !s) return s.error();
       }
     }
-    file = std::move(opened.value());
-    return {};
+    return opened;
   }
 
-  Status appendLine(DirState& ds, bool stat_csv, std::string_view line) {
+  Status appendLine(DirLease& lease, bool stat_csv, std::string_view line) {
+    DirState& ds = lease.state();
     std::lock_guard lock(ds.mu);
-    std::unique_ptr<AppendFile>& file = stat_csv ? ds.stat_csv : ds.mapping_csv;
-    // Durability "iteration" syncs the directory at completion; "file" must do it now.
-    Status s = ensureAppender(ds, file, stat_csv ? "statistic.csv" : "mapping.csv",
-                              stat_csv ? std::string_view(csv_header) : std::string_view(),
-                              options.durability == Durability::kFile);
-    if (!s) return s;
-    if (s = file->append(line); !s) return s;
+    HeldAppender& file = stat_csv ? ds.stat_csv : ds.mapping_csv;
+    if (!file) {
+      // Durability "iteration" syncs the directory at completion; "file" must do it now.
+      auto opened = openAppender(lease.dir(), stat_csv ? "statistic.csv" : "mapping.csv",
+                                 stat_csv ? std::string_view(csv_header) : std::string_view(),
+                                 options.durability == Durability::kFile);
+      if (!opened) return opened.error();
+      file.hold(std::move(opened.value()));
+      (stat_csv ? ds.stat_csv_used : ds.mapping_csv_used) = true;
+    }
+    if (Status s = file->append(line); !s) return s;
     if (options.durability == Durability::kFile) return file->sync();
     return {};
   }
@@ -280,15 +421,16 @@ struct JobWriter::Impl {
   // appended to mapping.csv (names without the ".lz4" suffix: what `lz4 -d` restores).
   // Returns the bytes written.
   template <typename Body>
-  Result<uint64_t> publish(DirState& ds, std::string_view name, std::string_view ext,
+  Result<uint64_t> publish(DirLease& lease, std::string_view name, std::string_view ext,
                            bool lz4_suffix, uint32_t mode, SyncPolicy sync, Body&& body) {
+    DirState& ds = lease.state();
     std::string short_name;
     if (name.size() > kMaxFileNameBytes) {
       short_name = randomDigits();
       short_name.append(ext);
     }
     std::string_view final_name = short_name.empty() ? name : std::string_view(short_name);
-    auto file = ds.dir->newFile(final_name, mode);
+    auto file = lease.dir().newFile(final_name, mode);
     if (!file) return file.error();
     WritableFile& f = *file.value();
     if (Status s = body(f); !s) return s.error();
@@ -302,11 +444,11 @@ struct JobWriter::Impl {
       line.push_back(',');
       line.append(name.substr(0, name.size() - cut));
       line.push_back('\n');
-      if (Status s = appendLine(ds, /*stat_csv=*/false, line); !s) return s.error();
+      if (Status s = appendLine(lease, /*stat_csv=*/false, line); !s) return s.error();
     }
     if (Status s = f.commit(); !s) return s.error();
     if (sync == SyncPolicy::kNow) {
-      if (Status s = ds.dir->sync(); !s) return s.error();
+      if (Status s = lease.dir().sync(); !s) return s.error();
     } else if (sync == SyncPolicy::kDeferred) {
       std::lock_guard lock(ds.mu);
       ds.unsynced.emplace_back(final_name);
@@ -314,9 +456,9 @@ struct JobWriter::Impl {
     return f.bytesWritten();
   }
 
-  Result<uint64_t> publishText(DirState& ds, std::string_view name, std::string_view text,
+  Result<uint64_t> publishText(DirLease& lease, std::string_view name, std::string_view text,
                                SyncPolicy sync, std::string_view ext = {}) {
-    return publish(ds, name, ext, false, kOtherFileMode, sync,
+    return publish(lease, name, ext, false, kOtherFileMode, sync,
                    [text](WritableFile& f) { return f.write(asBytes(text)); });
   }
 
@@ -367,7 +509,7 @@ struct JobWriter::Impl {
   }
 
   // Writes one payload file `name` in ds. Returns (written?, bytes); not written = dropped.
-  Result<std::pair<bool, uint64_t>> writePayload(DirState& ds, std::string_view name,
+  Result<std::pair<bool, uint64_t>> writePayload(DirLease& lease, std::string_view name,
                                                  const NpyPayload& payload, SyncPolicy sync) {
     Scratch& s = scratch();
     buildNpyHeader(s.header, payload.dtype, payload.shape);
@@ -375,7 +517,7 @@ struct JobWriter::Impl {
     Result<bool> admitted = admitPayload(estimate);
     if (!admitted) return admitted.error();
     if (!admitted.value()) return std::make_pair(false, uint64_t{0});
-    auto written = publish(ds, name, lz4 ? ".npy.lz4" : ".npy", lz4, kTensorFileMode, sync,
+    auto written = publish(lease, name, lz4 ? ".npy.lz4" : ".npy", lz4, kTensorFileMode, sync,
                            [&](WritableFile& f) { return writeNpy(f, payload, s.header, lz4); });
     if (!written) {
       releasePayload(estimate, 0);
@@ -393,8 +535,9 @@ struct JobWriter::Impl {
     }
   }
 
-  Status writeTensor(DirState& ds, const OpRecord& op, const TensorView& t, uint64_t elements,
+  Status writeTensor(DirLease& lease, const OpRecord& op, const TensorView& t, uint64_t elements,
                      OpOutcome& outcome) {
+    DirState& ds = lease.state();
     const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
     const bool want_payload = plan.savesTensors();
     const bool want_stats = plan.savesStatistics() && hasStatistics(t.dtype);
@@ -414,7 +557,7 @@ struct JobWriter::Impl {
         payload.elements = plan.sample_num;
       }
       // s.name stays untouched until the file is published (publish uses other buffers).
-      auto r = writePayload(ds, s.name, payload, tensorSync());
+      auto r = writePayload(lease, s.name, payload, tensorSync());
       if (!r) return r.error();
       if (r.value().first) {
         ++outcome.tensors_written;
@@ -437,7 +580,7 @@ struct JobWriter::Impl {
                          {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
                           t.data.size(), t.dtype, t.shape},
                          stats, plan.statistic_category);
-      if (Status st = appendLine(ds, /*stat_csv=*/true, s.row); !st) return st;
+      if (Status st = appendLine(lease, /*stat_csv=*/true, s.row); !st) return st;
       if (!want_payload) {
         ++outcome.tensors_written;
         tensors_written.fetch_add(1, std::memory_order_relaxed);
@@ -450,34 +593,55 @@ struct JobWriter::Impl {
   Status appendManifest(const std::string& line) {
     std::lock_guard lock(manifest_mu);
     if (!manifest) {
-      std::lock_guard dir_lock(metadata->mu);
-      if (Status s = ensureAppender(*metadata, manifest, "manifest.jsonl", {}, syncDirs()); !s) {
-        return s;
-      }
+      auto lease = pin(metadata);
+      if (!lease) return lease.error();
+      auto opened = openAppender(lease.value().dir(), "manifest.jsonl", {}, syncDirs());
+      if (!opened) return opened.error();
+      manifest.hold(std::move(opened.value()));
     }
     if (Status s = manifest->append(line); !s) return s;
     if (syncDirs()) return manifest->sync();
     return {};
   }
 
+  // Syncs what the durability setting deferred to completion in ds (through `dir`, its
+  // directory, reopened here when it was closed), then closes ds's appenders.
+  // REQUIRES: ds.mu held; ds detached (detachLocked).
+  Status syncAtCompletion(DirState& ds, std::shared_ptr<Directory> dir) {
+    Status result;
+    if (!dir) {
+      auto reopened = fs->openDirectory(ds.path, {});
+      if (!reopened) return reopened.error();
+      dir = std::move(reopened.value());
+    }
+    for (const std::string& name : ds.unsynced) {
+      if (Status s = dir->syncFile(name); !s && result) result = s;
+    }
+    const std::pair<HeldAppender*, bool> csvs[] = {{&ds.stat_csv, ds.stat_csv_used},
+                                                   {&ds.mapping_csv, ds.mapping_csv_used}};
+    for (auto [file, used] : csvs) {
+      Status s;
+      if (*file) {
+        s = (*file)->sync();
+      } else if (used) {  // closed with its directory meanwhile
+        s = dir->syncFile(file == &ds.stat_csv ? "statistic.csv" : "mapping.csv");
+      }
+      if (!s && result) result = s;
+    }
+    if (Status s = dir->sync(); !s && result) result = s;
+    return result;
+  }
+
+  // `dir`: ds's directory as detached from the open ones (null when it was closed).
   Status complete(uint32_t graph, uint32_t iteration, std::shared_ptr<DirState> ds,
-                  uint64_t dropped_upstream, std::string_view upstream_reason) {
+                  std::shared_ptr<Directory> dir, uint64_t dropped_upstream,
+                  std::string_view upstream_reason) {
     Status result;
     uint64_t tensors = 0, bytes = 0, dropped = dropped_upstream, errors = 0;
     std::vector<std::string> reasons;
     if (ds) {
       std::lock_guard lock(ds->mu);
-      if (syncDirs()) {
-        for (const std::string& name : ds->unsynced) {
-          if (Status s = ds->dir->syncFile(name); !s && result) result = s;
-        }
-        for (auto* file : {&ds->stat_csv, &ds->mapping_csv}) {
-          if (*file) {
-            if (Status s = (*file)->sync(); !s && result) result = s;
-          }
-        }
-        if (Status s = ds->dir->sync(); !s && result) result = s;
-      }
+      if (syncDirs()) result = syncAtCompletion(*ds, std::move(dir));
       ds->unsynced.clear();
       ds->stat_csv.reset();
       ds->mapping_csv.reset();
@@ -531,17 +695,21 @@ Result<std::unique_ptr<JobWriter>> JobWriter::create(std::shared_ptr<FileSystem>
   impl->stat_options = statOptionsFor(plan.statistic_category);
   impl->lz4 = impl->options.compression == config::Compression::kLz4;
 
-  auto metadata = impl->openDirState(impl->rank_dir + "/.dump_metadata");
-  if (!metadata) return metadata.error();
-  impl->metadata = std::move(metadata.value());
-  const SyncPolicy sync = impl->otherSync();
-  if (auto r = impl->publishText(*impl->metadata, "data_dump.json", plan.config_text, sync); !r) {
-    return r.error();
-  }
-  std::string config_json = "{\"device_target\":" + jsonString(impl->options.device_target) +
-                            ",\"ms_version\":" + jsonString(impl->options.producer_version) + "}";
-  if (auto r = impl->publishText(*impl->metadata, "config.json", config_json, sync); !r) {
-    return r.error();
+  ScopedCredentials scope;
+  if (Status s = scope.enter(impl->fs->credentials()); !s) return s.error();
+  impl->metadata = impl->newDirState(impl->rank_dir + "/.dump_metadata");
+  {
+    auto lease = impl->pin(impl->metadata);
+    if (!lease) return lease.error();
+    const SyncPolicy sync = impl->otherSync();
+    if (auto r = impl->publishText(lease.value(), "data_dump.json", plan.config_text, sync); !r) {
+      return r.error();
+    }
+    std::string config_json = "{\"device_target\":" + jsonString(impl->options.device_target) +
+                              ",\"ms_version\":" + jsonString(impl->options.producer_version) + "}";
+    if (auto r = impl->publishText(lease.value(), "config.json", config_json, sync); !r) {
+      return r.error();
+    }
   }
   return std::unique_ptr<JobWriter>(new JobWriter(std::move(impl)));
 }
@@ -565,7 +733,7 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
     if (!n) return m.recordError(n.error());
     counts[i] = n.value();
     any_selected |= ioSelected(m.plan.input_output, t.io) && counts[i] != 0;
-    if (m.plan.op_debug_mode == 3 && t.io == config::Io::kOutput) {
+    if (m.plan.op_debug_mode == 3 && t.io == Io::kOutput) {
       overflow = overflow || containsNonFinite(t.dtype, t.data);
     }
   }
@@ -573,9 +741,12 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
   if (!any_selected) return outcome;
   // Overflow dump: only op executions with an inf/NaN output, the first overflow_number.
   if (m.plan.op_debug_mode == 3 && !overflow) return outcome;
-  auto ds = m.iterationDir(op.graph_id, op.iteration);
-  if (!ds) return m.recordError(ds.error());
-  DirState& dir = *ds.value();
+  // One switch for the whole op instead of one per file operation (see Impl::actAs).
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s.error();
+  auto lease = m.iterationDir(op.graph_id, op.iteration);
+  if (!lease) return m.recordError(lease.error());
+  DirState& dir = lease.value().state();
 
   if (m.plan.op_debug_mode == 3) {
     uint32_t index = m.overflow_ops.fetch_add(1, std::memory_order_relaxed);
@@ -594,7 +765,7 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
   for (size_t i = 0; i < op.tensors.size(); ++i) {
     const TensorView& t = op.tensors[i];
     if (!ioSelected(m.plan.input_output, t.io) || counts[i] == 0) continue;
-    if (Status s = m.writeTensor(dir, op, t, counts[i], outcome); !s) {
+    if (Status s = m.writeTensor(lease.value(), op, t, counts[i], outcome); !s) {
       if (partial != nullptr) *partial = outcome;
       return m.recordError(s.error(), &dir);
     }
@@ -608,8 +779,10 @@ Status JobWriter::writeConstant(uint32_t graph_id, std::string_view data_id,
   auto n = checkTensor(tensor, data_id);
   if (!n) return m.recordError(n.error());
   if (n.value() == 0) return {};
-  auto ds = m.constantsDir(graph_id);
-  if (!ds) return m.recordError(ds.error());
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
+  auto lease = m.constantsDir(graph_id);
+  if (!lease) return m.recordError(lease.error());
   std::string name = "Parameter.data-";
   appendSanitized(name, data_id);
   name.append(".0.0.");
@@ -618,7 +791,7 @@ Status JobWriter::writeConstant(uint32_t graph_id, std::string_view data_id,
   name.append(dtypeName(tensor.dtype));
   name.append(m.lz4 ? ".npy.lz4" : ".npy");
   NpyPayload payload{tensor.dtype, tensor.shape, n.value(), tensor.data};
-  auto r = m.writePayload(*ds.value(), name, payload, m.otherSync());
+  auto r = m.writePayload(lease.value(), name, payload, m.otherSync());
   if (!r) return m.recordError(r.error());
   if (r.value().first) {
     m.tensors_written.fetch_add(1, std::memory_order_relaxed);
@@ -633,16 +806,18 @@ Status JobWriter::writeGraph(uint32_t graph_id, std::string_view ir_text,
                              std::string_view pb_bytes) {
   Impl& m = *impl_;
   if (ir_text.empty() && pb_bytes.empty()) return {};
-  auto ds = m.rankSubdir("graphs");
-  if (!ds) return m.recordError(ds.error());
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
+  auto lease = m.rankSubdir("graphs");
+  if (!lease) return m.recordError(lease.error());
   std::string base = "ms_output_trace_code_graph_" + std::to_string(graph_id);
   if (!ir_text.empty()) {
-    if (auto r = m.publishText(*ds.value(), base + ".ir", ir_text, m.otherSync()); !r) {
+    if (auto r = m.publishText(lease.value(), base + ".ir", ir_text, m.otherSync()); !r) {
       return m.recordError(r.error());
     }
   }
   if (!pb_bytes.empty()) {
-    if (auto r = m.publishText(*ds.value(), base + ".pb", pb_bytes, m.otherSync()); !r) {
+    if (auto r = m.publishText(lease.value(), base + ".pb", pb_bytes, m.otherSync()); !r) {
       return m.recordError(r.error());
     }
   }
@@ -651,15 +826,17 @@ Status JobWriter::writeGraph(uint32_t graph_id, std::string_view ir_text,
 
 Status JobWriter::writeExecutionOrder(uint32_t graph_id, const std::vector<std::string>& op_names) {
   Impl& m = *impl_;
-  auto ds = m.rankSubdir("execution_order");
-  if (!ds) return m.recordError(ds.error());
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
+  auto lease = m.rankSubdir("execution_order");
+  if (!lease) return m.recordError(lease.error());
   std::string text = "NodeExecutionOrder-FullNameWithScope\n";
   for (const std::string& name : op_names) {
     text.append(name);
     text.push_back('\n');
   }
   std::string file = "ms_execution_order_graph_" + std::to_string(graph_id) + ".csv";
-  if (auto r = m.publishText(*ds.value(), file, text, m.otherSync()); !r) {
+  if (auto r = m.publishText(lease.value(), file, text, m.otherSync()); !r) {
     return m.recordError(r.error());
   }
   return {};
@@ -667,14 +844,15 @@ Status JobWriter::writeExecutionOrder(uint32_t graph_id, const std::vector<std::
 
 Status JobWriter::appendGlobalExecutionOrder(uint32_t graph_id, uint32_t iteration) {
   Impl& m = *impl_;
-  auto ds = m.rankSubdir("execution_order");
-  if (!ds) return m.recordError(ds.error());
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
+  auto lease = m.rankSubdir("execution_order");
+  if (!lease) return m.recordError(lease.error());
   std::string file = "ms_global_execution_order_graph_" + std::to_string(graph_id) + ".csv";
-  std::lock_guard lock(ds.value()->mu);
-  std::unique_ptr<AppendFile> appender;
-  if (Status s = m.ensureAppender(*ds.value(), appender, file, {}, m.syncDirs()); !s) {
-    return m.recordError(s.error());
-  }
+  std::lock_guard lock(lease.value().state().mu);
+  auto opened = m.openAppender(lease.value().dir(), file, {}, m.syncDirs());
+  if (!opened) return m.recordError(opened.error());
+  std::unique_ptr<AppendFile> appender = std::move(opened.value());
   std::string line = std::to_string(iteration) + "\n";
   if (Status s = appender->append(line); !s) return m.recordError(s.error());
   if (m.syncDirs()) {
@@ -688,8 +866,10 @@ Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::st
                                   const std::vector<std::pair<std::string, std::string>>& args) {
   Impl& m = *impl_;
   if (!m.plan.save_kernel_args) return {};
-  auto ds = m.iterationDir(graph_id, iteration);
-  if (!ds) return m.recordError(ds.error());
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
+  auto lease = m.iterationDir(graph_id, iteration);
+  if (!lease) return m.recordError(lease.error());
   std::string name;
   appendSanitized(name, op_type);
   name.push_back('.');
@@ -704,8 +884,8 @@ Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::st
     text.append(jsonString(args[i].second));
   }
   text.append("}");
-  if (auto r = m.publishText(*ds.value(), name, text, m.tensorSync(), ".json"); !r) {
-    return m.recordError(r.error(), ds.value().get());
+  if (auto r = m.publishText(lease.value(), name, text, m.tensorSync(), ".json"); !r) {
+    return m.recordError(r.error(), &lease.value().state());
   }
   return {};
 }
@@ -715,39 +895,47 @@ Status JobWriter::completeIteration(uint32_t graph_id, uint32_t iteration,
   Impl& m = *impl_;
   uint64_t key = iterationKey(graph_id, iteration);
   std::shared_ptr<DirState> ds;
+  std::shared_ptr<Directory> dir;
   {
     std::lock_guard lock(m.mu);
     auto it = m.open_iterations.find(key);
     if (it != m.open_iterations.end()) {
       ds = std::move(it->second);
       m.open_iterations.erase(it);
+      dir = m.detachLocked(*ds);
     } else if (m.completed.count(key) != 0) {
       return {};  // idempotent
     }
     m.completed.insert(key);
   }
   if (dropped_upstream != 0) m.tensors_dropped.fetch_add(dropped_upstream);
-  return m.complete(graph_id, iteration, std::move(ds), dropped_upstream, reason);
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
+  return m.complete(graph_id, iteration, std::move(ds), std::move(dir), dropped_upstream, reason);
 }
 
 Status JobWriter::finish(uint64_t dropped_upstream) {
   Impl& m = *impl_;
-  std::vector<std::pair<uint64_t, std::shared_ptr<DirState>>> open;
+  std::vector<std::pair<std::shared_ptr<DirState>, std::shared_ptr<Directory>>> open;
   {
     std::lock_guard lock(m.mu);
     for (auto& [key, ds] : m.open_iterations) {
-      open.emplace_back(key, std::move(ds));
+      std::shared_ptr<Directory> dir = m.detachLocked(*ds);
+      open.emplace_back(std::move(ds), std::move(dir));
       m.completed.insert(key);
     }
     m.open_iterations.clear();
   }
   if (dropped_upstream != 0) m.tensors_dropped.fetch_add(dropped_upstream);
+  ScopedCredentials scope;
+  if (Status s = m.actAs(scope); !s) return s;
   Status result;
   // Upstream drops of the session's tail belong to its latest iteration.
   for (size_t i = 0; i < open.size(); ++i) {
     bool last = i + 1 == open.size();
-    auto& [key, ds] = open[i];
-    Status s = m.complete(ds->graph, ds->iteration, ds, last ? dropped_upstream : 0, {});
+    auto& [ds, dir] = open[i];
+    Status s =
+        m.complete(ds->graph, ds->iteration, ds, std::move(dir), last ? dropped_upstream : 0, {});
     if (!s && result) result = s;
   }
   return result;
@@ -760,6 +948,9 @@ JobCounters JobWriter::counters() const {
   c.tensors_dropped = m.tensors_dropped.load(std::memory_order_relaxed);
   c.bytes_written = m.bytes_written.load(std::memory_order_relaxed);
   c.write_errors = m.write_errors.load(std::memory_order_relaxed);
+  c.open_directories = m.open_directories.load(std::memory_order_relaxed);
+  c.open_fds = c.open_directories + m.open_appenders.load(std::memory_order_relaxed);
+  c.stale_temporaries_removed = m.stale_temporaries_removed.load(std::memory_order_relaxed);
   std::lock_guard lock(m.counters_mu);
   c.stop_reason = m.stop_reason;
   c.last_error = m.last_error;

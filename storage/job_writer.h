@@ -3,6 +3,11 @@
 // Thread-safety: all methods may be called concurrently from writer-pool threads; rows of one
 // statistic.csv/mapping.csv never interleave (one appender per iteration directory).
 // Every file is written under a temporary name in its directory and renamed when complete.
+// Each call runs with the file system's credentials (FileSystem::credentials()) from start to
+// end and gives them up before it returns. Open directories are bounded (JobOptions::
+// max_open_directories); the first time the writer opens one it removes the temporary files
+// crashed writers left there (Directory::removeStaleTemporaries()): the directories of a job
+// belong to its one writer.
 #pragma once
 
 #include <atomic>
@@ -13,9 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.h"
 #include "config/daemon_settings.h"
 #include "config/dump_plan.h"
-#include "config/result.h"
 #include "storage/file_system.h"
 #include "storage/op_record.h"
 
@@ -29,6 +34,11 @@ struct JobOptions {
   config::Compression compression = config::Compression::kNone;
   uint64_t quota_bytes = 0;     // 0 = unlimited payload bytes for this job
   uint64_t min_free_bytes = 0;  // stop payloads when the file system has less free space
+  // Directories (each an fd, with up to two csv appenders) kept open between calls; beyond
+  // it the least recently used is closed and reopened when written again. 0 is taken as 1.
+  // Calls in flight pin their directory, so with more threads than this the figure is
+  // exceeded by at most one directory per concurrent call.
+  uint32_t max_open_directories = 64;
 };
 
 // What one writeOp did.
@@ -43,6 +53,14 @@ struct JobCounters {
   uint64_t tensors_dropped = 0;
   uint64_t bytes_written = 0;
   uint64_t write_errors = 0;
+  // Descriptors the writer holds between calls: open directories, plus the appenders
+  // (statistic.csv, mapping.csv of open directories, manifest.jsonl). A call in flight holds
+  // a few more for its duration (the file being written, a directory being resolved).
+  uint64_t open_directories = 0;
+  uint64_t open_fds = 0;
+  // Temporary files of crashed writers (another process's ".dumpd-tmp-*") removed from the
+  // job's directories when this writer first opened them.
+  uint64_t stale_temporaries_removed = 0;
   std::string stop_reason;  // non-empty once payloads stopped (quota, free space)
   std::string last_error;
 };

@@ -195,6 +195,25 @@ class MemDirectory final : public Directory {
     return {};
   }
 
+  Result<uint64_t> removeStaleTemporaries() override {
+    std::lock_guard lock(shared_->mu);
+    uint64_t removed = 0;
+    for (auto it = node_->children.begin(); it != node_->children.end();) {
+      const std::string& name = it->first;
+      if (!isTemporaryName(name) || isOwnTemporaryName(name)) {
+        ++it;
+        continue;
+      }
+      if (it->second->kind == Kind::kDirectory) {
+        return fsError(EISDIR, "remove", joinPath(path_, name));
+      }
+      if (it->second->kind == Kind::kFile) shared_->used -= it->second->data.size();
+      it = node_->children.erase(it);
+      ++removed;
+    }
+    return removed;
+  }
+
  private:
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<Node> node_;

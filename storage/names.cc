@@ -25,7 +25,7 @@ std::string sanitizeName(std::string_view name) {
   return out;
 }
 
-std::string_view ioName(config::Io io) { return io == config::Io::kInput ? "input" : "output"; }
+std::string_view ioName(Io io) { return io == Io::kInput ? "input" : "output"; }
 
 void appendDecimal(std::string& out, uint64_t value) {
   char buf[24];

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/dtype.h"
 #include "config/filter.h"
-#include "storage/dtype.h"
 
 namespace dumpd::storage {
 
@@ -21,7 +21,7 @@ inline constexpr size_t kMaxFileNameBytes = 255;
 void appendSanitized(std::string& out, std::string_view name);
 std::string sanitizeName(std::string_view name);
 
-std::string_view ioName(config::Io io);  // "input" / "output"
+std::string_view ioName(Io io);  // "input" / "output"
 
 void appendDecimal(std::string& out, uint64_t value);
 
@@ -31,7 +31,7 @@ struct TensorFileName {
   uint32_t task_id = 0;
   uint32_t stream_id = 0;
   uint64_t timestamp_us = 0;
-  config::Io io = config::Io::kOutput;
+  Io io = Io::kOutput;
   uint32_t slot = 0;
   std::string_view format;  // raw; sanitised here
   DType dtype = DType::kFloat32;

@@ -7,8 +7,8 @@
 #include <span>
 #include <string>
 
-#include "config/result.h"
-#include "storage/dtype.h"
+#include "base/dtype.h"
+#include "base/result.h"
 #include "storage/file_system.h"
 
 namespace dumpd::storage {

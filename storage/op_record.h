@@ -6,13 +6,13 @@
 #include <span>
 #include <string_view>
 
+#include "base/dtype.h"
 #include "config/filter.h"
-#include "storage/dtype.h"
 
 namespace dumpd::storage {
 
 struct TensorView {
-  config::Io io = config::Io::kOutput;
+  Io io = Io::kOutput;
   uint32_t slot = 0;
   DType dtype = DType::kFloat32;
   std::span<const int64_t> shape;             // logical shape (int4: the unpacked last dimension)

@@ -1,4 +1,5 @@
 // FileSystem on the real file system: openat/mkdirat/renameat beneath one root directory fd.
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
@@ -7,10 +8,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "base/unique_fd.h"
+#include "storage/credentials.h"
 #include "storage/file_system.h"
 
 namespace dumpd::storage {
@@ -19,55 +25,31 @@ namespace {
 // Every directory component is opened like this: a symlink fails with ELOOP (or ENOTDIR).
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
+// What a file system and all its objects share: the credentials its operations run with.
+//
+// Design: every call that resolves a name or creates, renames or removes an entry runs inside
+// a ScopedCredentials of the client, so the kernel checks it as the client (no root override)
+// and created entries get the client's owner. The old way, creating as root and then
+// fchown()ing, checked nothing. Calls on an open descriptor (write, fsync, ftruncate) switch
+// nothing: the rights were checked when it was opened. A scope ends with its call because the
+// writer threads are shared by all sessions and a thread must never keep one client's rights
+// while it works for another; a caller making many calls holds one scope around them
+// (FileSystem::credentials(), as JobWriter does per call) and the calls' own scopes are free.
+struct PosixContext {
+  std::optional<Credentials> act_as;
+  const Credentials* actor() const { return act_as ? &*act_as : nullptr; }
 };
 
-// Who created files belong to. Shared by the file system and its directories.
-class OwnerPolicy {
- public:
-  explicit OwnerPolicy(const PosixOptions& o)
-      : uid_(o.owner_uid ? static_cast<uid_t>(*o.owner_uid) : static_cast<uid_t>(-1)),
-        gid_(o.owner_gid ? static_cast<gid_t>(*o.owner_gid) : static_cast<gid_t>(-1)) {
-    bool uid_differs = o.owner_uid && *o.owner_uid != ::geteuid();
-    bool gid_differs = o.owner_gid && *o.owner_gid != ::getegid();
-    enabled_.store(uid_differs || gid_differs, std::memory_order_relaxed);
+// Switches to the context's credentials for one operation; the error names it and the path.
+Status actAs(ScopedCredentials& scope, const PosixContext& ctx, std::string_view what,
+             std::string_view path) {
+  if (Status s = scope.enter(ctx.actor()); !s) {
+    return makeError(s.error().code, std::string(what) + " " +
+                                         std::string(path.empty() ? "." : path) + ": " +
+                                         s.error().message);
   }
-
-  // Best effort: EPERM (an unprivileged daemon) switches chown off for good.
-  void apply(int fd) {
-    // Relaxed: a stale `true` only costs one more failing fchown.
-    if (!enabled_.load(std::memory_order_relaxed)) return;
-    if (::fchown(fd, uid_, gid_) != 0 && errno == EPERM) {
-      enabled_.store(false, std::memory_order_relaxed);
-    }
-  }
-
- private:
-  const uid_t uid_;
-  const gid_t gid_;
-  std::atomic<bool> enabled_{false};
-};
+  return {};
+}
 
 Status fsyncFd(int fd, std::string_view what, std::string_view path) {
   if (::fsync(fd) != 0) return fsError(errno, what, path);
@@ -145,22 +127,24 @@ class PosixAppendFile final : public AppendFile {
 
 class PosixDirectory final : public Directory, public std::enable_shared_from_this<PosixDirectory> {
  public:
-  PosixDirectory(UniqueFd fd, std::string path, std::shared_ptr<OwnerPolicy> owner)
-      : fd_(std::move(fd)), path_(std::move(path)), owner_(std::move(owner)) {}
+  PosixDirectory(UniqueFd fd, std::string path, std::shared_ptr<const PosixContext> ctx)
+      : fd_(std::move(fd)), path_(std::move(path)), ctx_(std::move(ctx)) {}
 
   int fd() const { return fd_.get(); }
+  const PosixContext& context() const { return *ctx_; }
   const std::string& path() const override { return path_; }
 
   Result<std::unique_ptr<WritableFile>> newFile(std::string_view name, uint32_t mode) override {
     if (Status s = validateName(name); !s) return s.error();
     char tmp[kTemporaryNameMax];
     temporaryName(tmp);
+    std::string path = joinPath(path_, name);
+    ScopedCredentials scope;
+    if (Status s = actAs(scope, *ctx_, "create", path); !s) return s.error();
     // O_EXCL|O_NOFOLLOW: never opens something that was already there (a planted symlink).
     int fd = ::openat(fd_.get(), tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                       static_cast<mode_t>(mode));
-    std::string path = joinPath(path_, name);
     if (fd < 0) return fsError(errno, "create", path);
-    owner_->apply(fd);
     size_t name_offset = path.size() - name.size();
     return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(
         shared_from_this(), fd, tmp, std::move(path), name_offset));
@@ -172,15 +156,18 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
     std::string path = joinPath(path_, name);
     // O_NONBLOCK: opening a planted FIFO must not hang the writer (S_ISREG is checked below).
     constexpr int kFlags = O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
-    int fd = ::openat(fd_.get(), n.c_str(), kFlags | O_CREAT | O_EXCL, 0644);
-    bool created = fd >= 0;
-    if (fd < 0 && errno == EEXIST) fd = ::openat(fd_.get(), n.c_str(), kFlags);
-    if (fd < 0) return fsError(errno, "open", path);
-    UniqueFd guard(fd);
+    UniqueFd guard;
+    {
+      ScopedCredentials scope;
+      if (Status s = actAs(scope, *ctx_, "open", path); !s) return s.error();
+      int fd = ::openat(fd_.get(), n.c_str(), kFlags | O_CREAT | O_EXCL, 0644);
+      if (fd < 0 && errno == EEXIST) fd = ::openat(fd_.get(), n.c_str(), kFlags);
+      if (fd < 0) return fsError(errno, "open", path);
+      guard.reset(fd);
+    }
     struct stat st;
-    if (::fstat(fd, &st) != 0) return fsError(errno, "stat", path);
+    if (::fstat(guard.get(), &st) != 0) return fsError(errno, "stat", path);
     if (!S_ISREG(st.st_mode)) return fsError(EINVAL, "open (not a regular file)", path);
-    if (created) owner_->apply(fd);
     return std::unique_ptr<AppendFile>(std::make_unique<PosixAppendFile>(
         guard.release(), static_cast<uint64_t>(st.st_size), std::move(path)));
   }
@@ -188,17 +175,53 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
   Status syncFile(std::string_view name) override {
     if (Status s = validateName(name); !s) return s.error();
     std::string n(name);
-    UniqueFd fd(::openat(fd_.get(), n.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-    if (fd.get() < 0) return fsError(errno, "fsync", joinPath(path_, name));
+    UniqueFd fd;
+    {
+      ScopedCredentials scope;
+      if (Status s = actAs(scope, *ctx_, "fsync", joinPath(path_, name)); !s) return s;
+      fd.reset(::openat(fd_.get(), n.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+      if (fd.get() < 0) return fsError(errno, "fsync", joinPath(path_, name));
+    }
     return fsyncFd(fd.get(), "fsync", joinPath(path_, name));
   }
 
   Status sync() override { return fsyncFd(fd_.get(), "fsync directory", path_); }
 
+  Result<uint64_t> removeStaleTemporaries() override {
+    ScopedCredentials scope;
+    if (Status s = actAs(scope, *ctx_, "read directory", path_); !s) return s.error();
+    // A descriptor of its own: reading moves the offset, which fd_'s other users share.
+    int fd = ::openat(fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return fsError(errno, "read directory", path_);
+    std::unique_ptr<DIR, int (*)(DIR*)> dir(::fdopendir(fd), &::closedir);
+    if (!dir) {
+      int err = errno;
+      ::close(fd);
+      return fsError(err, "read directory", path_);
+    }
+    // Collected first: whether readdir() still sees entries removed meanwhile is unspecified.
+    std::vector<std::string> stale;
+    errno = 0;
+    while (struct dirent* e = ::readdir(dir.get())) {
+      std::string_view name(e->d_name);
+      if (isTemporaryName(name) && !isOwnTemporaryName(name)) stale.emplace_back(name);
+    }
+    if (errno != 0) return fsError(errno, "read directory", path_);
+    uint64_t removed = 0;
+    for (const std::string& name : stale) {
+      if (::unlinkat(fd_.get(), name.c_str(), 0) == 0) {
+        ++removed;
+      } else if (errno != ENOENT) {  // ENOENT: someone else removed it first
+        return fsError(errno, "remove", joinPath(path_, name));
+      }
+    }
+    return removed;
+  }
+
  private:
   UniqueFd fd_;
   std::string path_;
-  std::shared_ptr<OwnerPolicy> owner_;
+  std::shared_ptr<const PosixContext> ctx_;
 };
 
 int PosixWritableFile::dirfd() const { return dir_->fd(); }
@@ -248,6 +271,11 @@ Status PosixWritableFile::commit() {
     abort();
     return e;
   }
+  ScopedCredentials scope;
+  if (Status s = actAs(scope, dir_->context(), "rename", path_); !s) {
+    abort();
+    return s;
+  }
   if (::renameat(dirfd(), tmp_, dirfd(), name()) != 0) {
     Error e = fsError(errno, "rename", path_);
     abort();
@@ -261,23 +289,31 @@ void PosixWritableFile::abort() {
   if (done_) return;
   done_ = true;
   fd_.reset();
+  ScopedCredentials scope;
+  // Not as root: when the switch fails the temporary file stays (a later daemon's
+  // removeStaleTemporaries() takes it away).
+  if (!scope.enter(dir_->context().actor())) return;
   (void)::unlinkat(dirfd(), tmp_, 0);
 }
 
 class PosixFileSystem final : public FileSystem {
  public:
-  PosixFileSystem(UniqueFd root, const PosixOptions& options)
-      : root_(std::move(root)), owner_(std::make_shared<OwnerPolicy>(options)) {}
+  PosixFileSystem(UniqueFd root, std::shared_ptr<const PosixContext> ctx)
+      : root_(std::move(root)), ctx_(std::move(ctx)) {}
+
+  const Credentials* credentials() const override { return ctx_->actor(); }
 
   Result<std::shared_ptr<Directory>> openDirectory(std::string_view path,
                                                    DirectoryOptions options) override {
     if (Status s = validateRelativePath(path); !s) return s.error();
+    ScopedCredentials scope;
+    if (Status s = actAs(scope, *ctx_, "open directory", path); !s) return s.error();
     if (path.empty()) {
       // The root fd may be O_PATH (no fsync on it): open a real descriptor of it.
       UniqueFd fd(::openat(root_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       if (fd.get() < 0) return fsError(errno, "open directory", "");
       return std::shared_ptr<Directory>(
-          std::make_shared<PosixDirectory>(std::move(fd), std::string(), owner_));
+          std::make_shared<PosixDirectory>(std::move(fd), std::string(), ctx_));
     }
     UniqueFd current;  // the directory resolved so far; empty = the root
     std::string component;
@@ -310,7 +346,6 @@ class PosixFileSystem final : public FileSystem {
         return fsError(err, "open directory", sub);
       }
       if (created) {
-        owner_->apply(fd);
         if (options.sync_created) {
           Status s = syncParent(current, path.substr(0, start == 0 ? 0 : start - 1));
           if (!s) {
@@ -323,7 +358,7 @@ class PosixFileSystem final : public FileSystem {
       start = end + 1;
     }
     return std::shared_ptr<Directory>(
-        std::make_shared<PosixDirectory>(std::move(current), std::string(path), owner_));
+        std::make_shared<PosixDirectory>(std::move(current), std::string(path), ctx_));
   }
 
   Result<uint64_t> freeBytes() override {
@@ -342,8 +377,20 @@ class PosixFileSystem final : public FileSystem {
   }
 
   UniqueFd root_;
-  std::shared_ptr<OwnerPolicy> owner_;
+  std::shared_ptr<const PosixContext> ctx_;
 };
+
+// The credentials a file system acts with: as asked, or none when the process already is the
+// client (a daemon running as the job's user may not switch groups, and needs not).
+Result<std::optional<Credentials>> effectiveActor(std::optional<Credentials> act_as) {
+  if (!act_as) return act_as;
+  const uid_t euid = ::geteuid();
+  if (euid == 0) return act_as;
+  if (act_as->uid == euid) return std::optional<Credentials>();
+  return makeError(ErrorCode::kPermission,
+                   "dumpd runs as uid " + std::to_string(euid) + " and cannot act as uid " +
+                       std::to_string(act_as->uid) + "; run it as root or as the job's user");
+}
 
 }  // namespace
 
@@ -353,14 +400,29 @@ Result<std::shared_ptr<FileSystem>> makePosixFileSystem(int root_dirfd, PosixOpt
   struct stat st;
   if (::fstat(root.get(), &st) != 0) return fsError(errno, "stat", "");
   if (!S_ISDIR(st.st_mode)) return fsError(ENOTDIR, "open dump root", "");
-  return std::shared_ptr<FileSystem>(std::make_shared<PosixFileSystem>(std::move(root), options));
+  auto ctx = std::make_shared<PosixContext>();
+  auto actor = effectiveActor(std::move(options.act_as));
+  if (!actor) return actor.error();
+  ctx->act_as = std::move(actor.value());
+  // Fail now, not at the first file: a root process without CAP_SETUID/CAP_SETGID.
+  ScopedCredentials probe;
+  if (Status s = probe.enter(ctx->actor()); !s) return s.error();
+  return std::shared_ptr<FileSystem>(std::make_shared<PosixFileSystem>(std::move(root), ctx));
 }
 
 Result<std::shared_ptr<FileSystem>> openPosixFileSystem(const std::string& root_path,
                                                         PosixOptions options) {
-  int fd = ::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return fsError(errno, "open dump root", root_path);
-  return makePosixFileSystem(fd, options);
+  auto actor = effectiveActor(options.act_as);
+  if (!actor) return actor.error();
+  int fd;
+  {
+    ScopedCredentials scope;
+    const Credentials* as = actor.value() ? &*actor.value() : nullptr;
+    if (Status s = scope.enter(as); !s) return s.error();
+    fd = ::open(root_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return fsError(errno, "open dump root", root_path);
+  }
+  return makePosixFileSystem(fd, std::move(options));
 }
 
 }  // namespace dumpd::storage

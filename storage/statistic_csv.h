@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "base/dtype.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
-#include "storage/dtype.h"
 #include "storage/statistics.h"
 
 namespace dumpd::storage {
@@ -19,7 +19,7 @@ struct StatRow {
   uint32_t task_id = 0;
   uint32_t stream_id = 0;
   uint64_t timestamp_us = 0;
-  config::Io io = config::Io::kOutput;
+  Io io = Io::kOutput;
   uint32_t slot = 0;
   uint64_t data_size = 0;  // bytes of the original tensor
   DType dtype = DType::kFloat32;

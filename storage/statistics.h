@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-#include "storage/dtype.h"
+#include "base/dtype.h"
 #include "storage/file_system.h"
 
 namespace dumpd::storage {

@@ -118,7 +118,7 @@ dumpd::Result<bool> dumpInPlace(dumpd::client::Client& c, const dumpd::client::O
     if (!c.shouldDump(call.op_name, t.io)) continue;
     std::span<std::byte> p = r->payload(k++);
     fill(std::span<float>(reinterpret_cast<float*>(p.data()), p.size() / sizeof(float)), it, op,
-         t.io == dumpd::config::Io::kOutput ? 1 : 0, t.slot);
+         t.io == dumpd::Io::kOutput ? 1 : 0, t.slot);
   }
   auto seq = c.commitOp(r.value());
   if (!seq) return seq.error();
@@ -162,8 +162,8 @@ int main(int argc, char** argv) {
       fill(out0, it, op, 1, 0);
       dumpd::client::Tensor ts[3];
       const std::vector<float>* bufs[3] = {&in0, &in1, &out0};
-      const dumpd::config::Io ios[3] = {dumpd::config::Io::kInput, dumpd::config::Io::kInput,
-                                        dumpd::config::Io::kOutput};
+      const dumpd::Io ios[3] = {dumpd::Io::kInput, dumpd::Io::kInput,
+                                        dumpd::Io::kOutput};
       const uint32_t slots[3] = {0, 1, 0};
       for (int k = 0; k < 3; ++k) {
         ts[k].io = ios[k];

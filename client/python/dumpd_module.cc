@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/dtype.h"
+#include "base/result.h"
 #include "client/client.h"
 #include "config/daemon_settings.h"
 #include "config/filter.h"
-#include "config/result.h"
-#include "storage/dtype.h"
 
 #ifndef DUMPD_VERSION
 #define DUMPD_VERSION "0.0.0"
@@ -36,8 +36,6 @@ namespace py = pybind11;
 
 namespace dumpd::python {
 namespace {
-
-using storage::DType;
 
 // The package's exception types. Owned by the module object (module attributes); the raw
 // handles stay valid for the module's lifetime and are never decref'd at process exit.
@@ -86,9 +84,9 @@ uint32_t toU32(int64_t v, const char* what) {
   return static_cast<uint32_t>(v);
 }
 
-config::Io parseIo(std::string_view io) {
-  if (io == "input") return config::Io::kInput;
-  if (io == "output") return config::Io::kOutput;
+Io parseIo(std::string_view io) {
+  if (io == "input") return Io::kInput;
+  if (io == "output") return Io::kOutput;
   throw py::value_error("io must be \"input\" or \"output\", got \"" + std::string(io) + "\"");
 }
 
@@ -204,8 +202,8 @@ struct PreparedTensor {
 };
 
 // Fills `out` from a Python array and an optional dtype override (see dump()'s docstring).
-void prepareTensor(py::handle array, const std::optional<std::string>& dtype_override,
-                   config::Io io, uint32_t slot, std::string_view format, const std::string& what,
+void prepareTensor(py::handle array, const std::optional<std::string>& dtype_override, Io io,
+                   uint32_t slot, std::string_view format, const std::string& what,
                    PreparedTensor& out) {
   if (array.is_none()) throw py::type_error(what + " is None");
   out.buffer.acquire(array, what);
@@ -215,12 +213,12 @@ void prepareTensor(py::handle array, const std::optional<std::string>& dtype_ove
   for (int i = 0; i < v.ndim; ++i) out.shape.push_back(static_cast<int64_t>(v.shape[i]));
   DType dtype = natural;
   if (dtype_override) {
-    const std::optional<DType> want = storage::dtypeFromName(*dtype_override);
+    const std::optional<DType> want = dtypeFromName(*dtype_override);
     if (!want) {
       throw py::value_error(what + ": unknown dtype \"" + *dtype_override +
                             "\" (raw overrides: \"bfloat16\", \"int4\", \"uint1\")");
     }
-    const std::string have(storage::dtypeName(natural));
+    const std::string have(dtypeName(natural));
     auto mismatch = [&](const char* needs) {
       return py::value_error(what + ": dtype=\"" + *dtype_override + "\" needs " + needs +
                              " data, got " + have);
@@ -265,7 +263,7 @@ void prepareTensor(py::handle array, const std::optional<std::string>& dtype_ove
 }
 
 // A placeholder for a tensor the pushed-down filter rejected: never read, only counted.
-client::Tensor filteredTensor(config::Io io, uint32_t slot) {
+client::Tensor filteredTensor(Io io, uint32_t slot) {
   client::Tensor t;
   t.io = io;
   t.slot = slot;
@@ -380,7 +378,7 @@ class PyClient {
   }
 
   bool shouldDump(const std::string& op_name, const std::string& io, bool marked) {
-    const config::Io which = parseIo(io);
+    const Io which = parseIo(io);
     return lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which, marked); });
   }
 
@@ -391,7 +389,7 @@ class PyClient {
   bool dump(const std::string& op_type, const std::string& op_name, const std::string& io,
             int64_t slot, py::handle array, std::optional<std::string> dtype,
             const std::string& format, int64_t task_id, int64_t stream_id, bool marked) {
-    const config::Io which = parseIo(io);
+    const Io which = parseIo(io);
     const uint32_t s = toU32(slot, "slot");
     client::OpCall op;
     op.op_type = op_type;
@@ -427,12 +425,12 @@ class PyClient {
     op.stream_id = toU32(stream_id, "stream_id");
     op.marked = marked;
     const auto [want_in, want_out] = lockedFast([&](client::Client& c) {
-      return std::pair(c.shouldDump(op_name, config::Io::kInput, marked),
-                       c.shouldDump(op_name, config::Io::kOutput, marked));
+      return std::pair(c.shouldDump(op_name, Io::kInput, marked),
+                       c.shouldDump(op_name, Io::kOutput, marked));
     });
     std::deque<PreparedTensor> prepared;  // stable addresses: tensors point into them
     std::vector<client::Tensor> tensors;
-    auto add = [&](py::iterable items, config::Io io, bool selected, const char* list) {
+    auto add = [&](py::iterable items, Io io, bool selected, const char* list) {
       uint32_t slot = 0;
       for (py::handle item : items) {
         const std::string what = std::string(list) + "[" + std::to_string(slot) + "]";
@@ -449,8 +447,8 @@ class PyClient {
         ++slot;
       }
     };
-    add(inputs, config::Io::kInput, want_in, "inputs");
-    add(outputs, config::Io::kOutput, want_out, "outputs");
+    add(inputs, Io::kInput, want_in, "inputs");
+    add(outputs, Io::kOutput, want_out, "outputs");
     op.tensors = tensors;
     return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
   }
@@ -459,7 +457,7 @@ class PyClient {
                     std::optional<std::string> dtype) {
     const uint32_t g = toU32(graph_id, "graph_id");
     PreparedTensor p;
-    prepareTensor(array, dtype, config::Io::kOutput, 0, "DefaultFormat", "array", p);
+    prepareTensor(array, dtype, Io::kOutput, 0, "DefaultFormat", "array", p);
     unwrap(locked([&](client::Client& c) { return c.dumpConstant(data_id, p.tensor, g); }));
   }
 

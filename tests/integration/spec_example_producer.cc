@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   dumpd::client::Tensor t[3];
   const float* data[3] = {x, y, out};
   for (int i = 0; i < 3; ++i) {
-    t[i].io = i < 2 ? dumpd::config::Io::kInput : dumpd::config::Io::kOutput;
+    t[i].io = i < 2 ? dumpd::Io::kInput : dumpd::Io::kOutput;
     t[i].slot = i < 2 ? static_cast<uint32_t>(i) : 0;
     t[i].shape = shape;
     t[i].data = data[i];

@@ -251,13 +251,13 @@ def test_hello_without_fds_and_unknown_version_get_clear_errors(daemon):
     reply = read_all(s)
     s.close()
     assert b"protocol version 99 is not supported" in reply
-    hello = b"\x08\x01"
+    hello = b"\x08\x02"
     env = b"\x0a" + bytes([len(hello)]) + hello
     s = raw_connect(daemon.socket)
     s.sendall(struct.pack("<I", len(env)) + env)
     reply = read_all(s)
     s.close()
-    assert b"needs 4 file descriptors" in reply
+    assert b"needs 2 file descriptors" in reply
     assert daemon.alive()
 
 
@@ -304,7 +304,7 @@ def test_second_session_for_same_job_rank_and_net_is_refused(daemon, workdir):
     assert p.stdout.readline().startswith("committed")
     out = run_producer(daemon, cfg, check=False)
     assert out.returncode == 1
-    assert "already dumps rank and net" in out.stderr
+    assert "already dumps rank 0 of net Net" in out.stderr
     ok = run_producer(daemon, cfg, "--rank", 5, "--iterations", 1, "--layers", 1)
     assert ok.returncode == 0
     p.stdin.close()

@@ -1,5 +1,6 @@
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -131,24 +132,85 @@ TEST(OpCodec, PayloadOffsetOutsideRecordIsRejected) {
   EXPECT_NE(s.error().message.find("runs past the record"), std::string::npos);
 }
 
-TEST(OpCodec, RandomBytesNeverCrashTheDecoder) {
-  std::mt19937_64 rng(1234);
-  std::vector<std::byte> buf(4096);
-  DecodedOp d;
-  for (int i = 0; i < 20000; ++i) {
-    const size_t n = rng() % buf.size();
-    for (size_t k = 0; k < n; ++k) buf[k] = static_cast<std::byte>(rng());
-    if (n >= 32 && (i % 2) == 0) {
-      // Make the header plausible so the fuzzing reaches the tensor descriptors.
-      uint32_t count = 1 + rng() % 3;
-      std::memcpy(buf.data() + 16, &count, 4);
-      uint16_t small = rng() % 16;
-      std::memcpy(buf.data() + 20, &small, 2);
-      std::memcpy(buf.data() + 22, &small, 2);
-    }
-    (void)decodeOp(buf.data(), n, d);
+// Checks what decodeOp promises for a body it accepted: limits hold and every view (names,
+// shapes, formats, payloads) lies inside the decoded copy or [body, body + n).
+void expectDecodedWithinBody(const DecodedOp& d, const std::byte* body, size_t n) {
+  EXPECT_EQ(d.opType().size(), d.op_type_len);
+  EXPECT_EQ(d.opName().size(), d.op_name_len);
+  EXPECT_LE(d.op_type_len, kMaxNameBytes);
+  EXPECT_LE(d.op_name_len, kMaxNameBytes);
+  ASSERT_GE(d.tensors.size(), 1u);
+  ASSERT_LE(d.tensors.size(), kMaxTensorsPerRecord);
+  for (const DecodedTensor& t : d.tensors) {
+    EXPECT_LE(t.io, 1);
+    EXPECT_LE(t.ndim, kMaxDims);
+    EXPECT_EQ(d.shape(t).size(), t.ndim);
+    for (int64_t dim : d.shape(t)) EXPECT_GE(dim, 0);
+    EXPECT_EQ(d.format(t).size(), t.format_len);
+    EXPECT_LE(t.format_len, kMaxFormatBytes);
+    EXPECT_GE(t.data, body);
+    EXPECT_LE(t.data, body + n);
+    EXPECT_LE(t.data_bytes, static_cast<uint64_t>(body + n - t.data));
   }
-  SUCCEED();
+}
+
+// Random bodies, half of them a valid record with a few bits flipped or cut short, half
+// random bytes with a plausible header: each is either decoded within its bounds or rejected
+// with a reason. Both outcomes must occur, or the decoder accepts (or rejects) everything.
+TEST(OpCodec, CorruptBodiesAreDecodedWithinBoundsOrRejectedWithAReason) {
+  const int64_t s0[] = {2, 3};
+  const int64_t s1[] = {4};
+  TensorSpec t[2];
+  t[0].io = 0;
+  t[0].shape = s0;
+  t[0].format = "NCHW";
+  t[0].data_bytes = 24;
+  t[1].shape = s1;
+  t[1].data_bytes = 16;
+  OpSpec op;
+  op.op_type = "MatMul";
+  op.op_name = "Default/fc1-Dense/MatMul-op3";
+  op.tensors = t;
+  const Encoded valid = encode(op);
+
+  std::mt19937_64 rng(1234);
+  DecodedOp d;
+  int decoded = 0;
+  int rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::byte> buf;
+    if (i % 2 == 0) {
+      buf = valid.body;
+      for (int flips = 1 + rng() % 3; flips > 0; --flips) {
+        buf[rng() % buf.size()] ^= static_cast<std::byte>(1u << (rng() % 8));
+      }
+      if (i % 8 == 0) buf.resize(rng() % buf.size());
+    } else {
+      buf.resize(rng() % 4096);
+      for (std::byte& b : buf) b = static_cast<std::byte>(rng());
+      if (buf.size() >= 32) {
+        // A plausible header, so the decoding reaches the tensor descriptors.
+        uint32_t count = 1 + rng() % 3;
+        std::memcpy(buf.data() + 16, &count, 4);
+        uint16_t small = rng() % 16;
+        std::memcpy(buf.data() + 20, &small, 2);
+        std::memcpy(buf.data() + 22, &small, 2);
+      }
+    }
+    const Status s = decodeOp(buf.data(), buf.size(), d);
+    if (s) {
+      ++decoded;
+      expectDecodedWithinBody(d, buf.data(), buf.size());
+    } else {
+      ++rejected;
+      EXPECT_EQ(s.error().code, ErrorCode::kProtocol);
+      EXPECT_TRUE(s.error().message.starts_with("malformed op record: ")) << s.error().message;
+      EXPECT_GT(s.error().message.size(), std::string_view("malformed op record: ").size());
+    }
+    if (HasFailure()) break;  // one input's failures are enough to read
+  }
+  EXPECT_GT(decoded, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 }  // namespace

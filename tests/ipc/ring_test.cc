@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -18,8 +19,6 @@ UniqueFd dupFd(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
 struct Pair {
   RingProducer producer;
   RingConsumer consumer;
-  Doorbell data;
-  Doorbell space;
 };
 
 Pair makePair(uint64_t capacity) {
@@ -27,8 +26,7 @@ Pair makePair(uint64_t capacity) {
   EXPECT_TRUE(p.has_value());
   auto c = RingConsumer::attach(dupFd(p->memfd()), p->mappedBytes(), 1ull << 30);
   EXPECT_TRUE(c.has_value()) << (c ? "" : c.error().message);
-  return Pair{std::move(p.value()), std::move(c.value()), std::move(Doorbell::create().value()),
-              std::move(Doorbell::create().value())};
+  return Pair{std::move(p.value()), std::move(c.value())};
 }
 
 TEST(RingFormat, LayoutIsPinned) {
@@ -40,9 +38,14 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RingControl, head), 64u);
   EXPECT_EQ(offsetof(RingControl, tail), 128u);
   EXPECT_EQ(offsetof(RingControl, consumer_waiting), 192u);
+  EXPECT_EQ(offsetof(RingControl, data_wake), 196u);
   EXPECT_EQ(offsetof(RingControl, producer_waiting), 256u);
+  EXPECT_EQ(offsetof(RingControl, space_wake), 260u);
   EXPECT_EQ(offsetof(RingControl, dropped_records), 320u);
   EXPECT_EQ(offsetof(RingControl, dropped_tensors), 328u);
+  EXPECT_EQ(offsetof(RingControl, closing), 384u);
+  EXPECT_EQ(offsetof(RingControl, producer_busy), 448u);
+  EXPECT_EQ(kRingVersion, 2u);
   EXPECT_EQ(offsetof(RecordHeader, length), 16u);
   EXPECT_EQ(offsetof(RecordHeader, sequence), 24u);
   EXPECT_EQ(offsetof(TensorDesc, data_offset), 16u);
@@ -58,7 +61,7 @@ TEST(Ring, RecordsArriveWholeAndInOrder) {
     std::byte* body = r.producer.tryReserve(RecordKind::kOp, 100);
     ASSERT_NE(body, nullptr);
     std::memset(body, 'a' + i, 100);
-    EXPECT_EQ(r.producer.commit(r.data), static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(r.producer.commit(), static_cast<uint64_t>(i + 1));
   }
   for (int i = 0; i < 3; ++i) {
     auto rec = r.consumer.next();
@@ -68,7 +71,7 @@ TEST(Ring, RecordsArriveWholeAndInOrder) {
     EXPECT_EQ((*rec)->sequence, static_cast<uint64_t>(i + 1));
     EXPECT_EQ((*rec)->body_bytes, 100u);
     EXPECT_EQ(static_cast<char>((*rec)->body[99]), 'a' + i);
-    r.consumer.release((*rec)->end, r.space);
+    (void)r.consumer.release((*rec)->end);
   }
   auto none = r.consumer.next();
   ASSERT_TRUE(none.has_value());
@@ -88,13 +91,13 @@ TEST(Ring, FullRingRefusesUntilReleased) {
   const uint64_t body = kMinRingBytes / 4 - sizeof(RecordHeader);
   for (int i = 0; i < 4; ++i) {
     ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, body), nullptr);
-    r.producer.commit(r.data);
+    r.producer.commit();
   }
   EXPECT_EQ(r.producer.tryReserve(RecordKind::kOp, 1), nullptr);
   auto rec = r.consumer.next();
   ASSERT_TRUE(rec.has_value() && rec->has_value());
   EXPECT_EQ(r.producer.tryReserve(RecordKind::kOp, 1), nullptr) << "read but not released";
-  r.consumer.release((*rec)->end, r.space);
+  (void)r.consumer.release((*rec)->end);
   EXPECT_NE(r.producer.tryReserve(RecordKind::kOp, body), nullptr);
 }
 
@@ -104,15 +107,15 @@ TEST(Ring, WrapsWithPadRecord) {
   // Fill 3/4 and drain, so the next half-ring record cannot fit before the end.
   for (uint64_t body : {big, kMinRingBytes / 4 - sizeof(RecordHeader)}) {
     ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, body), nullptr);
-    r.producer.commit(r.data);
+    r.producer.commit();
     auto rec = r.consumer.next();
     ASSERT_TRUE(rec.has_value() && rec->has_value());
-    r.consumer.release((*rec)->end, r.space);
+    (void)r.consumer.release((*rec)->end);
   }
   std::byte* body = r.producer.tryReserve(RecordKind::kOp, big);
   ASSERT_NE(body, nullptr);
   std::memset(body, 0x5a, big);
-  r.producer.commit(r.data);
+  r.producer.commit();
   auto pad = r.consumer.next();
   ASSERT_TRUE(pad.has_value() && pad->has_value());
   EXPECT_EQ((*pad)->kind, RecordKind::kPad);
@@ -126,14 +129,14 @@ TEST(Ring, WrapsWithPadRecord) {
 TEST(Ring, TooLargeRecordNeverFits) {
   Pair r = makePair(kMinRingBytes);
   EXPECT_FALSE(r.producer.fits(kMinRingBytes));
-  EXPECT_FALSE(r.producer.waitForSpace(kMinRingBytes, r.space, 10));
+  EXPECT_FALSE(r.producer.waitForSpace(kMinRingBytes, 10));
 }
 
 TEST(Ring, CorruptHeaderIsAnErrorNotACrash) {
   Pair r = makePair(kMinRingBytes);
   std::byte* body = r.producer.tryReserve(RecordKind::kOp, 16);
   ASSERT_NE(body, nullptr);
-  r.producer.commit(r.data);
+  r.producer.commit();
   // Scribble over the committed header, as a hostile client could.
   RecordHeader* h = reinterpret_cast<RecordHeader*>(body - sizeof(RecordHeader));
   h->length = 1ull << 40;
@@ -153,7 +156,7 @@ TEST(Ring, HeadBeyondCapacityIsAnError) {
 TEST(Ring, SequenceGapIsAnError) {
   Pair r = makePair(kMinRingBytes);
   std::byte* body = r.producer.tryReserve(RecordKind::kOp, 16);
-  r.producer.commit(r.data);
+  r.producer.commit();
   reinterpret_cast<RecordHeader*>(body - sizeof(RecordHeader))->sequence = 7;
   auto rec = r.consumer.next();
   ASSERT_FALSE(rec.has_value());
@@ -198,10 +201,10 @@ TEST(Ring, ProducerAndConsumerThreadsStreamEveryRecord) {
       const uint64_t body = 8 + static_cast<uint64_t>(i % 7) * 1000;
       std::byte* p;
       while ((p = r.producer.tryReserve(RecordKind::kOp, body)) == nullptr) {
-        ASSERT_TRUE(r.producer.waitForSpace(body, r.space, 5000));
+        ASSERT_TRUE(r.producer.waitForSpace(body, 5000));
       }
       std::memcpy(p, &i, sizeof i);
-      r.producer.commit(r.data);
+      r.producer.commit();
     }
   });
   int expect = 0;
@@ -209,7 +212,7 @@ TEST(Ring, ProducerAndConsumerThreadsStreamEveryRecord) {
     auto rec = r.consumer.next();
     ASSERT_TRUE(rec.has_value()) << rec.error().message;
     if (!rec->has_value()) {
-      r.consumer.waitForData(r.data, 1000, -1);
+      r.consumer.waitForData(1000);
       continue;
     }
     if ((*rec)->kind == RecordKind::kOp) {
@@ -218,9 +221,107 @@ TEST(Ring, ProducerAndConsumerThreadsStreamEveryRecord) {
       ASSERT_EQ(v, expect);
       ++expect;
     }
-    r.consumer.release((*rec)->end, r.space);
+    if (r.consumer.release((*rec)->end)) r.consumer.wakeProducer();
   }
   producer.join();
+}
+
+TEST(RingClosing, ProducerStartsNoRecordOnceClosing) {
+  Pair r = makePair(kMinRingBytes);
+  EXPECT_FALSE(r.producer.closing());
+  r.consumer.setClosing();
+  EXPECT_TRUE(r.producer.closing());
+  EXPECT_EQ(r.producer.tryReserve(RecordKind::kOp, 16), nullptr);
+  EXPECT_FALSE(r.consumer.producerBusy());
+}
+
+TEST(RingClosing, BusyFlagSpansAReservationUntilCommit) {
+  Pair r = makePair(kMinRingBytes);
+  EXPECT_FALSE(r.consumer.producerBusy());
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, 16), nullptr);
+  EXPECT_TRUE(r.consumer.producerBusy());
+  // Closing while a record is open: the producer may still commit it, and the daemon sees
+  // busy until it has.
+  r.consumer.setClosing();
+  EXPECT_TRUE(r.consumer.producerBusy());
+  r.producer.commit();
+  EXPECT_FALSE(r.consumer.producerBusy());
+  auto rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value() && rec->has_value());
+  EXPECT_EQ(r.producer.tryReserve(RecordKind::kOp, 16), nullptr) << "closing is set";
+}
+
+TEST(RingClosing, AbandonClearsBusy) {
+  Pair r = makePair(kMinRingBytes);
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, 16), nullptr);
+  r.producer.abandon();
+  EXPECT_FALSE(r.consumer.producerBusy());
+  EXPECT_FALSE(r.consumer.next()->has_value());
+}
+
+TEST(RingClosing, SetClosingWakesAProducerWaitingForSpace) {
+  Pair r = makePair(kMinRingBytes);
+  const uint64_t big = r.producer.maxBodyBytes();
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, big), nullptr);
+  r.producer.commit();
+  const auto start = std::chrono::steady_clock::now();
+  std::thread closer([&] {
+    while (r.producer.control()->producer_waiting.load() == 0) std::this_thread::yield();
+    r.consumer.setClosing();
+  });
+  EXPECT_FALSE(r.producer.waitForSpace(big, 60000));
+  closer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_TRUE(r.producer.closing());
+}
+
+TEST(RingWake, WakeConsumerEndsAWaitForData) {
+  Pair r = makePair(kMinRingBytes);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread waker([&] {
+    while (r.producer.control()->consumer_waiting.load() == 0) std::this_thread::yield();
+    r.consumer.wakeConsumer();
+  });
+  r.consumer.waitForData(60000);
+  waker.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST(RingWake, ReleaseReportsAWaitingProducer) {
+  Pair r = makePair(kMinRingBytes);
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, 16), nullptr);
+  r.producer.commit();
+  auto rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value() && rec->has_value());
+  EXPECT_FALSE(r.consumer.release((*rec)->end));
+  r.producer.control()->producer_waiting.store(1);
+  EXPECT_FALSE(r.consumer.release((*rec)->end)) << "nothing new released";
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, 16), nullptr);
+  r.producer.commit();
+  rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value() && rec->has_value());
+  EXPECT_TRUE(r.consumer.release((*rec)->end));
+}
+
+TEST(RingAttach, RejectsSparseMemfd) {
+  // Sealed and sized like a real ring, but never written: the daemon must not fault it in.
+  UniqueFd fd(::memfd_create("x", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  const uint64_t total = kRingControlBytes + kMinRingBytes;
+  ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(total)), 0);
+  ASSERT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  auto c = RingConsumer::attach(std::move(fd), total, 1ull << 30);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("sparse"), std::string::npos) << c.error().message;
+}
+
+TEST(RingAttach, RejectsMemfdThatCanGrow) {
+  UniqueFd fd(::memfd_create("x", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  const uint64_t total = kRingControlBytes + kMinRingBytes;
+  ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(total)), 0);
+  ASSERT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  auto c = RingConsumer::attach(std::move(fd), total, 1ull << 30);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("growing"), std::string::npos) << c.error().message;
 }
 
 }  // namespace

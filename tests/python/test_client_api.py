@@ -259,10 +259,12 @@ def test_blocking_backpressure_loses_nothing_with_a_small_ring(daemon: Daemon, c
 
 
 def _thread_in_poll(native_id: int) -> bool:
-    """True while the thread sleeps in poll(2) (x86-64 syscall 7): the client's wait for ring
-    space. A thread waiting for the GIL sleeps in futex(2) instead."""
+    """True while the thread sleeps in the client's wait for ring space: futex(2) (x86-64
+    syscall 202) with op FUTEX_WAIT (0, shared: the word is in the ring). A thread waiting for
+    the GIL also sleeps in futex(2), but with a private op (FUTEX_PRIVATE_FLAG, 128)."""
     with open(f"/proc/self/task/{native_id}/syscall") as f:
-        return f.read().split()[0] == "7"
+        fields = f.read().split()
+    return fields[0] == "202" and int(fields[2], 16) == 0
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="reads x86-64 syscall numbers")

@@ -18,7 +18,6 @@
 namespace dumpd::storage {
 namespace {
 
-using config::Io;
 using nlohmann::json;
 using testing::floatTensor;
 using testing::makePlan;

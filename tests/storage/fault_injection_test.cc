@@ -14,7 +14,6 @@
 namespace dumpd::storage {
 namespace {
 
-using config::Io;
 using testing::floatTensor;
 using testing::OwnedOp;
 

@@ -1,13 +1,20 @@
 #include "storage/file_system.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
+#include <functional>
 #include <memory>
+#include <thread>
 
 #include "storage/fault_injection.h"
 #include "storage/memory_file_system.h"
@@ -277,6 +284,53 @@ TEST_P(FileSystemContractTest, ReportsFreeBytes) {
   EXPECT_GT(free.value(), 0u);
 }
 
+// A temporary name of this process's pid but another incarnation: an earlier daemon that had
+// the same pid (pid 1 of a restarted container).
+std::string samePidOtherIncarnation() {
+  std::string ours = temporaryName();  // .dumpd-tmp-<pid>-<incarnation>-<n>
+  size_t last = ours.rfind('-');
+  size_t start = ours.rfind('-', last - 1) + 1;
+  std::string other = ours.substr(0, start);
+  other.append(ours.compare(start, last - start, "00000000") == 0 ? "00000001" : "00000000");
+  return other + "-7";
+}
+
+TEST(TemporaryNameTest, CarriesPidAndIncarnation) {
+  std::string a = temporaryName(), b = temporaryName();
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(a.starts_with(".dumpd-tmp-" + std::to_string(::getpid()) + "-")) << a;
+  EXPECT_TRUE(isTemporaryName(a) && isOwnTemporaryName(a));
+  EXPECT_TRUE(isTemporaryName(samePidOtherIncarnation()));
+  EXPECT_FALSE(isOwnTemporaryName(samePidOtherIncarnation()));
+  EXPECT_FALSE(isOwnTemporaryName(".dumpd-tmp-999999999-00000000-1"));
+  EXPECT_FALSE(isTemporaryName("statistic.csv"));
+}
+
+TEST_P(FileSystemContractTest, RemoveStaleTemporariesTakesOnlyLeftoversOfOtherProcesses) {
+  auto d = dir("d");
+  const std::string stale[] = {".dumpd-tmp-999999999-0badf00d-1", ".dumpd-tmp-1-12345678-7",
+                               samePidOtherIncarnation()};
+  for (const std::string& name : stale) {
+    auto a = d->openAppend(name);
+    ASSERT_TRUE(a.has_value());
+    ASSERT_TRUE(a.value()->append("partial"));
+  }
+  auto keep = d->openAppend("statistic.csv");
+  ASSERT_TRUE(keep.has_value());
+  auto in_progress = d->newFile("x.npy", 0400);  // ours, being written
+  ASSERT_TRUE(in_progress.has_value());
+  ASSERT_TRUE(in_progress.value()->write(asBytes("data")));
+
+  auto removed = d->removeStaleTemporaries();
+  ASSERT_TRUE(removed.has_value()) << removed.error().message;
+  EXPECT_EQ(removed.value(), 3u);
+  for (const std::string& name : stale) EXPECT_FALSE(h_->exists("d/" + name)) << name;
+  EXPECT_TRUE(h_->exists("d/statistic.csv"));
+  ASSERT_TRUE(in_progress.value()->commit());
+  EXPECT_EQ(h_->read("d/x.npy"), "data");
+  EXPECT_EQ(d->removeStaleTemporaries().value(), 0u);
+}
+
 TEST(PosixFileSystemTest, WorksOnAnOPathRootFd) {
   TempDir root;
   int fd = ::open(root.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -315,25 +369,320 @@ TEST(PosixFileSystemTest, APlantedFifoDoesNotHangTheAppender) {
   EXPECT_NE(a.error().message.find("statistic.csv"), std::string::npos);
 }
 
-TEST(PosixFileSystemTest, ChownsCreatedEntriesToTheOwnerWhenPrivileged) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to chown";
-  TempDir root;
+// --- Acting as the client (PosixOptions::act_as), with real uids: root only. ---
+
+const Credentials kClient{1234, 1234, {}};
+constexpr uid_t kOtherUser = 1235;
+
+#define SKIP_UNLESS_ROOT() \
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: acts as real uids 1234 and 1235"
+
+// mkdir with an owner and an exact mode (the umask does not apply to chmod).
+void makeDir(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
+  ASSERT_EQ(::mkdir(path.c_str(), 0700), 0) << path;
+  ASSERT_EQ(::chown(path.c_str(), uid, gid), 0) << path;
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+}
+
+void makeFile(const std::string& path, uid_t uid, gid_t gid, mode_t mode, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  ASSERT_EQ(::chown(path.c_str(), uid, gid), 0) << path;
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+}
+
+// The dump root as the daemon gets it: an O_PATH fd (opened here by root).
+Result<std::shared_ptr<FileSystem>> actAsClient(const std::string& root,
+                                                const Credentials& creds = kClient) {
   PosixOptions o;
-  o.owner_uid = 12345;
-  o.owner_gid = 23456;
-  auto fs = openPosixFileSystem(root.path(), o);
-  auto d = fs.value()->openDirectory("rank_0/x", {.create = true});
-  ASSERT_TRUE(d.has_value());
+  o.act_as = creds;
+  return makePosixFileSystem(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC), o);
+}
+
+// A TempDir that others may traverse (mkdtemp makes it 0700).
+class TraversableTempDir : public TempDir {
+ public:
+  TraversableTempDir() { ::chmod(path().c_str(), 0755); }
+};
+
+TEST(PosixActAsTest, ARootOwnedPrivateRootRefusesTheClientAndCreatesNothing) {
+  SKIP_UNLESS_ROOT();
+  TempDir root;  // root:root 0700, as a job's dump path made by someone else
+  const Credentials before = currentThreadCredentials();
+  auto fs = actAsClient(root.path());
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto created = fs.value()->openDirectory("rank_0/Net", {.create = true});
+  ASSERT_FALSE(created.has_value());
+  EXPECT_EQ(created.error().code, ErrorCode::kPermission) << created.error().message;
+  auto top = fs.value()->openDirectory("", {});
+  ASSERT_FALSE(top.has_value());
+  EXPECT_EQ(top.error().code, ErrorCode::kPermission);
+  EXPECT_TRUE(testing::listFiles(root.path()).empty());
+  EXPECT_FALSE(std::filesystem::exists(root.path() + "/rank_0"));
+  // Failed operations gave the credentials back as well.
+  EXPECT_EQ(currentThreadCredentials(), before);
+}
+
+TEST(PosixActAsTest, ARootOwnedReadOnlyRootRefusesFilesAndDirectories) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir root;  // root:root 0755: the client may look, not write
+  auto fs = actAsClient(root.path());
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto d = fs.value()->openDirectory("", {});
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  auto f = d.value()->newFile("x.npy", 0400);
+  ASSERT_FALSE(f.has_value());
+  EXPECT_EQ(f.error().code, ErrorCode::kPermission);
+  EXPECT_NE(f.error().message.find("x.npy"), std::string::npos);
+  auto a = d.value()->openAppend("statistic.csv");
+  ASSERT_FALSE(a.has_value());
+  EXPECT_EQ(a.error().code, ErrorCode::kPermission);
+  auto sub = fs.value()->openDirectory("rank_0", {.create = true});
+  ASSERT_FALSE(sub.has_value());
+  EXPECT_EQ(sub.error().code, ErrorCode::kPermission);
+  EXPECT_TRUE(testing::listFiles(root.path()).empty());
+  EXPECT_FALSE(std::filesystem::exists(root.path() + "/rank_0"));
+}
+
+TEST(PosixActAsTest, CreatedDirectoriesAndFilesBelongToTheClient) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string root = base.path() + "/dumps";
+  makeDir(root, 1234, 1234, 0700);
+  auto fs = actAsClient(root);
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto d = fs.value()->openDirectory("rank_0/Net/0/1", {.create = true, .sync_created = true});
+  ASSERT_TRUE(d.has_value()) << d.error().message;
   auto f = d.value()->newFile("t.npy", 0400);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  ASSERT_TRUE(f.value()->write(asBytes("data")));
   ASSERT_TRUE(f.value()->commit());
   auto a = d.value()->openAppend("statistic.csv");
-  ASSERT_TRUE(a.has_value());
-  for (const char* p : {"rank_0", "rank_0/x", "rank_0/x/t.npy", "rank_0/x/statistic.csv"}) {
+  ASSERT_TRUE(a.has_value()) << a.error().message;
+  ASSERT_TRUE(a.value()->append("row\n"));
+  for (const char* p : {"rank_0", "rank_0/Net", "rank_0/Net/0", "rank_0/Net/0/1",
+                        "rank_0/Net/0/1/t.npy", "rank_0/Net/0/1/statistic.csv"}) {
     struct stat st;
-    ASSERT_EQ(::lstat((root.path() + "/" + p).c_str(), &st), 0) << p;
-    EXPECT_EQ(st.st_uid, 12345u) << p;
-    EXPECT_EQ(st.st_gid, 23456u) << p;
+    ASSERT_EQ(::lstat((root + "/" + p).c_str(), &st), 0) << p;
+    EXPECT_EQ(st.st_uid, 1234u) << p;
+    EXPECT_EQ(st.st_gid, 1234u) << p;
   }
+  EXPECT_EQ(currentThreadCredentials().uid, 0u);
+}
+
+// A client may open (O_PATH) another user's private directory when its parent is searchable
+// and send that fd as its dump root: nothing in it may be reached.
+TEST(PosixActAsTest, AnotherUsersPrivateTreeCannotBeReachedThroughTheRootFd) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string victim = base.path() + "/victim";
+  makeDir(victim, kOtherUser, kOtherUser, 0700);
+  makeFile(victim + "/f", kOtherUser, kOtherUser, 0644, "theirs");
+  makeDir(victim + "/rank_0", kOtherUser, kOtherUser, 0700);
+  makeFile(victim + "/rank_0/statistic.csv", kOtherUser, kOtherUser, 0644, "header\n");
+  int fd;
+  {
+    ScopedCredentials as_client;  // the client itself can get this fd
+    ASSERT_TRUE(as_client.enter(kClient));
+    fd = ::open(victim.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+  }
+  PosixOptions o;
+  o.act_as = kClient;
+  auto fs = makePosixFileSystem(fd, o);
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  for (const char* path : {"", "rank_0"}) {
+    auto d = fs.value()->openDirectory(path, {});
+    ASSERT_FALSE(d.has_value()) << path;
+    EXPECT_EQ(d.error().code, ErrorCode::kPermission) << path;
+  }
+  auto created = fs.value()->openDirectory("rank_1", {.create = true});
+  ASSERT_FALSE(created.has_value());
+  EXPECT_EQ(created.error().code, ErrorCode::kPermission);
+  EXPECT_EQ(testing::listFiles(victim), (std::vector<std::string>{"f", "rank_0/statistic.csv"}));
+  EXPECT_EQ(testing::readFile(victim + "/f"), "theirs");
+  EXPECT_EQ(testing::readFile(victim + "/rank_0/statistic.csv"), "header\n");
+}
+
+// The same with a directory the client may read: no file in it can be replaced, appended to
+// or created.
+TEST(PosixActAsTest, AnotherUsersFilesCannotBeReplacedAppendedToOrAddedTo) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string victim = base.path() + "/victim";
+  makeDir(victim, kOtherUser, kOtherUser, 0755);
+  makeFile(victim + "/f", kOtherUser, kOtherUser, 0644, "theirs");
+  auto fs = actAsClient(victim);
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto d = fs.value()->openDirectory("", {});
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  auto replace = d.value()->newFile("f", 0644);
+  ASSERT_FALSE(replace.has_value());
+  EXPECT_EQ(replace.error().code, ErrorCode::kPermission);
+  auto append = d.value()->openAppend("f");
+  ASSERT_FALSE(append.has_value());
+  EXPECT_EQ(append.error().code, ErrorCode::kPermission);
+  auto create = d.value()->newFile("g", 0644);
+  ASSERT_FALSE(create.has_value());
+  EXPECT_EQ(create.error().code, ErrorCode::kPermission);
+  EXPECT_EQ(testing::listFiles(victim), std::vector<std::string>{"f"});
+  EXPECT_EQ(testing::readFile(victim + "/f"), "theirs");
+}
+
+// In a sticky shared directory the client may create its temporary file, but renaming it over
+// another user's file needs CAP_FOWNER, which the switch away from fsuid 0 drops.
+TEST(PosixActAsTest, AnotherUsersFileInAStickyDirectoryCannotBeReplaced) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string shared = base.path() + "/shared";
+  makeDir(shared, 0, 0, 01777);
+  makeFile(shared + "/f", kOtherUser, kOtherUser, 0644, "theirs");
+  auto fs = actAsClient(shared);
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto d = fs.value()->openDirectory("", {});
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  auto f = d.value()->newFile("f", 0644);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  ASSERT_TRUE(f.value()->write(asBytes("mine")));
+  auto s = f.value()->commit();
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kPermission) << s.error().message;
+  EXPECT_FALSE(d.value()->openAppend("f").has_value());
+  EXPECT_EQ(testing::readFile(shared + "/f"), "theirs");
+  EXPECT_EQ(testing::listFiles(shared), std::vector<std::string>{"f"});  // temp file gone
+}
+
+TEST(PosixActAsTest, SupplementaryGroupsGrantGroupAccess) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string shared = base.path() + "/shared";
+  makeDir(shared, 0, 4321, 0770);
+  {
+    auto fs = actAsClient(shared, Credentials{1234, 1234, {4321}});
+    ASSERT_TRUE(fs.has_value()) << fs.error().message;
+    auto d = fs.value()->openDirectory("rank_0", {.create = true});
+    ASSERT_TRUE(d.has_value()) << d.error().message;
+    auto f = d.value()->newFile("t.npy", 0400);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    ASSERT_TRUE(f.value()->commit());
+  }
+  {
+    auto fs = actAsClient(shared, kClient);  // no group 4321
+    ASSERT_TRUE(fs.has_value()) << fs.error().message;
+    auto d = fs.value()->openDirectory("rank_1", {.create = true});
+    ASSERT_FALSE(d.has_value());
+    EXPECT_EQ(d.error().code, ErrorCode::kPermission);
+  }
+  EXPECT_EQ(testing::listFiles(shared), std::vector<std::string>{"rank_0/t.npy"});
+}
+
+// Writer threads are shared by sessions: two threads acting for two uids at once, each in a
+// 0700 directory of its own uid (a leaked uid is refused there), each file checked for owner.
+TEST(PosixActAsTest, ConcurrentClientsNeverGetEachOthersRights) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  constexpr int kIterations = 1000;
+  std::atomic<int> failures{0};
+  auto worker = [&](uid_t uid) {
+    const std::string root = base.path() + "/" + std::to_string(uid);
+    auto fs = actAsClient(root, Credentials{uid, uid, {}});
+    if (!fs) {
+      failures.fetch_add(kIterations);
+      return;
+    }
+    auto d = fs.value()->openDirectory("rank_0", {.create = true});
+    if (!d) {
+      failures.fetch_add(kIterations);
+      return;
+    }
+    for (int i = 0; i < kIterations; ++i) {
+      std::string name = "t" + std::to_string(i);
+      auto f = d.value()->newFile(name, 0400);
+      if (!f || !f.value()->commit()) {
+        failures.fetch_add(1);
+        continue;
+      }
+      struct stat st;
+      if (::lstat((root + "/rank_0/" + name).c_str(), &st) != 0 || st.st_uid != uid ||
+          st.st_gid != uid) {
+        failures.fetch_add(1);
+      }
+    }
+    if (currentThreadCredentials().uid != 0) failures.fetch_add(1);
+  };
+  for (uid_t uid : {1234u, 1235u}) makeDir(base.path() + "/" + std::to_string(uid), uid, uid, 0700);
+  std::thread a(worker, 1234u);
+  std::thread b(worker, 1235u);
+  a.join();
+  b.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(testing::listFiles(base.path()).size(), 2u * kIterations);
+}
+
+// Runs `check` in a forked child (which may then drop privileges for good); "" = passed.
+void expectInChild(const std::function<std::string()>& check) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string failure = check();
+    if (!failure.empty()) std::fprintf(stderr, "child: %s\n", failure.c_str());
+    ::_exit(failure.empty() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see the child's stderr";
+}
+
+TEST(PosixActAsTest, ANonRootDaemonRefusesToActAsAnotherUid) {
+  TraversableTempDir base;
+  const uid_t self = ::geteuid() == 0 ? 1234 : ::geteuid();
+  if (::geteuid() == 0) makeDir(base.path() + "/mine", 1234, 1234, 0700);
+  expectInChild([&]() -> std::string {
+    if (::geteuid() == 0) {  // become uid 1234 for good, as a daemon run as the job's user
+      if (::setgroups(0, nullptr) != 0 || ::setgid(1234) != 0 || ::setuid(1234) != 0) {
+        return "cannot drop to uid 1234";
+      }
+    } else {
+      ::mkdir((base.path() + "/mine").c_str(), 0700);
+    }
+    auto other = actAsClient(base.path(), Credentials{self + 1, self + 1, {}});
+    if (other.has_value()) return "acting as another uid was accepted";
+    std::string want = "dumpd runs as uid " + std::to_string(self) + " and cannot act as uid " +
+                       std::to_string(self + 1) + "; run it as root or as the job's user";
+    if (other.error().code != ErrorCode::kPermission || other.error().message != want) {
+      return "unexpected error: " + other.error().message;
+    }
+    // Its own uid is fine: it acts with its own credentials.
+    auto mine = actAsClient(base.path() + "/mine", Credentials{self, 4321, {4321}});
+    if (!mine) return "acting as itself failed: " + mine.error().message;
+    if (!mine.value()->createDirectories("rank_0")) return "creating as itself failed";
+    return "";
+  });
+}
+
+TEST(PosixActAsTest, ARootDaemonThatCannotSwitchIsRefusedAndKeepsItsCredentials) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  expectInChild([&]() -> std::string {
+    // Drop CAP_SETUID from the effective set: setfsuid() then silently changes nothing.
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    if (::syscall(SYS_capget, &header, data) != 0) return "capget failed";
+    data[0].effective &= ~(1u << CAP_SETUID);
+    if (::syscall(SYS_capset, &header, data) != 0) return "capset failed";
+    const Credentials before = currentThreadCredentials();
+    auto fs = actAsClient(base.path(), Credentials{1234, 2345, {4321}});
+    if (fs.has_value()) return "a file system that cannot switch was accepted";
+    if (fs.error().code != ErrorCode::kPermission ||
+        fs.error().message.find("setfsuid did not take effect") == std::string::npos) {
+      return "unexpected error: " + fs.error().message;
+    }
+    // The groups and gid switched before the uid failed were rolled back.
+    if (currentThreadCredentials() != before) return "credentials not rolled back";
+    return "";
+  });
 }
 
 TEST(PosixFileSystemTest, PermissionDeniedIsReportedAsPermission) {

@@ -64,14 +64,14 @@ TEST(HotPathAllocationTest, FormattingStatisticsAndNpyWritingAllocateNothingOnce
     NullFile file;
     name.clear();
     appendTensorFileName(name, {"MatMul", "Default/network/MatMul-op12", 1, 2, 1700000000000000,
-                                config::Io::kOutput, 0, "DefaultFormat", DType::kFloat32});
+                                Io::kOutput, 0, "DefaultFormat", DType::kFloat32});
     TensorStats stats;
     ConstBuffer data(reinterpret_cast<const std::byte*>(values.data()), values.size() * 4);
     computeStats(DType::kFloat32, values.size(), data, options, stats);
     row.clear();
     appendStatisticRow(row,
                        {"MatMul", "Default/network/MatMul-op12", 1, 2, 1700000000000000,
-                        config::Io::kOutput, 0, data.size(), DType::kFloat32, shape},
+                        Io::kOutput, 0, data.size(), DType::kFloat32, shape},
                        stats, categories);
     buildNpyHeader(header, DType::kFloat32, shape);
     ASSERT_TRUE(writeNpy(file, {DType::kFloat32, shape, values.size(), data}, header, false));

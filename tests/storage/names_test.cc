@@ -29,15 +29,14 @@ TEST(NamesTest, SanitizeReplacesControlBytes) {
 
 TEST(NamesTest, TensorFileNameFollowsMindSporePattern) {
   std::string out;
-  appendTensorFileName(out, {"Add", "Default/Add-op0", 0, 0, 1700000000123456, config::Io::kInput,
-                             1, "DefaultFormat", DType::kFloat32});
+  appendTensorFileName(out, {"Add", "Default/Add-op0", 0, 0, 1700000000123456, Io::kInput, 1,
+                             "DefaultFormat", DType::kFloat32});
   EXPECT_EQ(out, "Add.Default_Add-op0.0.0.1700000000123456.input.1.DefaultFormat.float32.npy");
 }
 
 TEST(NamesTest, TensorFileNameSanitizesTypeAndFormat) {
   std::string out;
-  appendTensorFileName(
-      out, {"My.Op", "x", 7, 3, 5, config::Io::kOutput, 0, "NC1HWC0/x", DType::kBFloat16});
+  appendTensorFileName(out, {"My.Op", "x", 7, 3, 5, Io::kOutput, 0, "NC1HWC0/x", DType::kBFloat16});
   EXPECT_EQ(out, "My_Op.x.7.3.5.output.0.NC1HWC0_x.bfloat16.npy");
 }
 

@@ -39,10 +39,10 @@ TEST(StatisticCsvTest, RowEndsEveryFieldWithCommaAndKeepsFullName) {
   s.l2norm = 9.539392;
   std::vector<int64_t> shape = {2, 3};
   std::string row;
-  appendStatisticRow(row,
-                     {"Add", "Default/Add-op0", 0, 0, 1700000000000001, config::Io::kInput, 0, 24,
-                      DType::kFloat32, shape},
-                     s, kDefault);
+  appendStatisticRow(
+      row,
+      {"Add", "Default/Add-op0", 0, 0, 1700000000000001, Io::kInput, 0, 24, DType::kFloat32, shape},
+      s, kDefault);
   EXPECT_EQ(row,
             "Add,Default/Add-op0,0,0,1700000000000001,input,0,24,float32,\"[2,3]\",6,1,9.53939,\n");
 }
@@ -78,7 +78,7 @@ TEST(StatisticCsvTest, RowWithEveryCategory) {
       StatCategory::kSha1,
   };
   std::string row;
-  appendStatisticRow(row, {"T", "N", 1, 2, 3, config::Io::kOutput, 4, 0, DType::kBool, {}}, s, all);
+  appendStatisticRow(row, {"T", "N", 1, 2, 3, Io::kOutput, 4, 0, DType::kBool, {}}, s, all);
   EXPECT_EQ(row,
             "T,N,1,2,3,output,4,0,bool,\"[]\",nan,-inf,1.23457e+06,4,1,2,3,4,5,6,0.5,"
             "abababababababababababababababab,0101010101010101010101010101010101010101,\n");
@@ -87,8 +87,8 @@ TEST(StatisticCsvTest, RowWithEveryCategory) {
 TEST(StatisticCsvTest, FieldsWithCommaQuoteOrNewlineAreQuoted) {
   TensorStats s;
   std::string row;
-  appendStatisticRow(
-      row, {"A,B", "x\"y\nz", 0, 0, 0, config::Io::kOutput, 0, 4, DType::kFloat32, {}}, s, {});
+  appendStatisticRow(row, {"A,B", "x\"y\nz", 0, 0, 0, Io::kOutput, 0, 4, DType::kFloat32, {}}, s,
+                     {});
   EXPECT_EQ(row, "\"A,B\",\"x\"\"y\nz\",0,0,0,output,0,4,float32,\"[]\",\n");
 }
 

@@ -16,13 +16,22 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "config/dump_plan.h"
-#include "storage/dtype.h"
+#include "storage/credentials.h"
 #include "storage/op_record.h"
+
+namespace dumpd::storage {
+
+// gtest prints Credentials readably ("uid 1234 gid 1234 groups []").
+inline void PrintTo(const Credentials& c, std::ostream* os) { *os << describe(c); }
+
+}  // namespace dumpd::storage
 
 namespace dumpd::storage::testing {
 
@@ -43,7 +52,7 @@ inline config::DumpPlan makePlan(config::SavedData saved = config::SavedData::kF
 
 // A tensor that owns its bytes and shape; view() borrows them.
 struct OwnedTensor {
-  config::Io io = config::Io::kOutput;
+  Io io = Io::kOutput;
   uint32_t slot = 0;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
@@ -65,7 +74,7 @@ struct OwnedTensor {
 };
 
 template <typename T>
-OwnedTensor makeTensor(config::Io io, uint32_t slot, DType dtype, std::vector<int64_t> shape,
+OwnedTensor makeTensor(Io io, uint32_t slot, DType dtype, std::vector<int64_t> shape,
                        const std::vector<T>& values, uint64_t ts = 1700000000000000) {
   OwnedTensor t;
   t.io = io;
@@ -78,7 +87,7 @@ OwnedTensor makeTensor(config::Io io, uint32_t slot, DType dtype, std::vector<in
   return t;
 }
 
-inline OwnedTensor floatTensor(config::Io io, uint32_t slot, std::vector<int64_t> shape,
+inline OwnedTensor floatTensor(Io io, uint32_t slot, std::vector<int64_t> shape,
                                const std::vector<float>& values, uint64_t ts = 1700000000000000) {
   return makeTensor(io, slot, DType::kFloat32, std::move(shape), values, ts);
 }
@@ -112,8 +121,10 @@ struct OwnedOp {
 // A fresh directory under the test temp dir, removed (recursively) at destruction.
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = std::filesystem::temp_directory_path().string() + "/dumpd-storage-XXXXXX";
+  TempDir() : TempDir(std::filesystem::temp_directory_path().string()) {}
+  // Beneath `parent` (e.g. "/dev/shm" where many small files must be quick).
+  explicit TempDir(const std::string& parent) {
+    std::string tmpl = parent + "/dumpd-storage-XXXXXX";
     char* p = ::mkdtemp(tmpl.data());
     if (p) path_ = p;
   }

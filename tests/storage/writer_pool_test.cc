@@ -49,11 +49,33 @@ TEST(WriterPoolTest, CapacityCountsQueuedAndRunningBytes) {
   WriterPool::Task too_big = [] {};
   EXPECT_FALSE(pool.trySubmit(1, too_big));
   EXPECT_TRUE(static_cast<bool>(too_big));  // untouched when refused
-  // A blocking submit proceeds once space is freed.
-  auto blocked = std::async(std::launch::async, [&] { pool.submit(50, [] {}); });
-  EXPECT_EQ(blocked.wait_for(0ms), std::future_status::timeout);
   gate.open();
-  ASSERT_EQ(blocked.wait_for(30s), std::future_status::ready);
+  pool.drain();
+  EXPECT_EQ(pool.pendingBytes(), 0u);
+}
+
+TEST(WriterPoolTest, SubmitBlocksUntilARunningTaskFreesTheBudget) {
+  // Two threads: were submit not to block, the second task could start at once.
+  WriterPool pool(2, 100);
+  Gate gate;
+  std::atomic<bool> first_done{false};
+  pool.submit(80, [&first_done, f = gate.future] {
+    f.wait();
+    first_done = true;
+  });
+  std::promise<void> submitting;
+  auto second = std::async(std::launch::async, [&] {
+    submitting.set_value();
+    pool.submit(50, [] {});  // 80 + 50 > 100: must wait for the first task
+    return first_done.load();
+  });
+  EXPECT_EQ(submitting.get_future().wait_for(30s), std::future_status::ready);
+  // Bounded wait: a submit that does not block returns within microseconds.
+  EXPECT_EQ(second.wait_for(200ms), std::future_status::timeout)
+      << "submit(50) returned while 80 of 100 bytes were in use";
+  gate.open();
+  ASSERT_EQ(second.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(second.get()) << "submit(50) returned before the task holding the budget finished";
   pool.drain();
   EXPECT_EQ(pool.pendingBytes(), 0u);
 }

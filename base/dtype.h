@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-namespace dumpd::storage {
+namespace dumpd {
 
 // Wire values are stable (they travel in ring descriptors): append only.
 enum class DType : uint8_t {
@@ -45,4 +45,4 @@ DType storedDType(DType t);
 // numpy descr of a stored dtype ("<f4", "|b1").
 std::string_view npyDescr(DType stored);
 
-}  // namespace dumpd::storage
+}  // namespace dumpd

@@ -1,8 +1,8 @@
-#include "storage/dtype.h"
+#include "base/dtype.h"
 
 #include <array>
 
-namespace dumpd::storage {
+namespace dumpd {
 namespace {
 
 struct DTypeInfo {
@@ -61,4 +61,4 @@ DType storedDType(DType t) { return info(t).stored; }
 
 std::string_view npyDescr(DType stored) { return info(storedDType(stored)).descr; }
 
-}  // namespace dumpd::storage
+}  // namespace dumpd

@@ -1,8 +1,8 @@
-#include "storage/dtype.h"
+#include "base/dtype.h"
 
 #include <gtest/gtest.h>
 
-namespace dumpd::storage {
+namespace dumpd {
 namespace {
 
 TEST(DTypeTest, NamesAreMindSporeLowerCaseAndRoundTrip) {
@@ -67,4 +67,4 @@ TEST(DTypeTest, NpyDescrMatchesNumpy) {
 }
 
 }  // namespace
-}  // namespace dumpd::storage
+}  // namespace dumpd

@@ -1,0 +1,346 @@
+#include "daemon/dump_session.h"
+#include "base/saturating.h"
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/connection.h"
+#include "daemon/log_escape.h"
+#include "daemon/server.h"
+#include "ipc/frame.h"
+#include "ipc/op_codec.h"
+
+namespace dumpd::daemon {
+namespace {
+
+constexpr int kIdleWaitMs = 200;  // consumer sleep between checks when the ring is empty
+constexpr int kStopPollMs = 10;   // while waiting for a producer inside a record
+constexpr auto kRefreshPeriod = std::chrono::seconds(1);
+constexpr size_t kMaxFlushWaits = 1024;
+
+int64_t toNs(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+const char* stateName(DumpSession::State s) {
+  switch (s) {
+    case DumpSession::State::kSetup:
+      return "setup";
+    case DumpSession::State::kActive:
+      return "active";
+    case DumpSession::State::kDraining:
+      return "draining";
+    case DumpSession::State::kClosed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+bool ClaimRegistry::claim(const std::string& key) {
+  std::lock_guard lock(mu_);
+  return keys_.insert(key).second;
+}
+
+void ClaimRegistry::release(const std::string& key) {
+  std::lock_guard lock(mu_);
+  keys_.erase(key);
+}
+
+DumpSession::DumpSession(SessionContext ctx, std::weak_ptr<Connection> connection, uint64_t id,
+                         PeerIdentity peer, v1::Hello hello, UniqueFd ring_fd, UniqueFd root_fd)
+    : ctx_(std::move(ctx)),
+      connection_(std::move(connection)),
+      id_(id),
+      peer_(std::move(peer)),
+      hello_(std::move(hello)),
+      ring_fd_(std::move(ring_fd)),
+      root_fd_(std::move(root_fd)),
+      started_(std::chrono::steady_clock::now()) {}
+
+DumpSession::~DumpSession() {
+  // onThreadDone joined it; a session destroyed before start() has no thread.
+  if (thread_.joinable()) thread_.detach();
+}
+
+void DumpSession::start() {
+  thread_ = std::thread([self = shared_from_this()] { self->run(); });
+}
+
+void DumpSession::requestStop(std::chrono::steady_clock::time_point deadline) {
+  int64_t want = toNs(deadline);
+  int64_t cur = stop_deadline_ns_.load(std::memory_order_relaxed);
+  while (want < cur && !stop_deadline_ns_.compare_exchange_weak(cur, want)) {
+  }
+  // seq_cst store, then seq_cst load of ready_: with run()'s store of ready_ and load of
+  // stop_ this is a Dekker handshake, so either we wake the drain or it sees stop_ itself.
+  stop_.store(true, std::memory_order_seq_cst);
+  State s = State::kActive;
+  state_.compare_exchange_strong(s, State::kDraining);
+  if (ready_.load(std::memory_order_seq_cst)) drain_->ring().wakeConsumer();
+}
+
+// ------------------------------------------------------------------ session thread
+
+void DumpSession::run() {
+  // Set-up too: compiling a hostile job config's patterns then only takes idle CPU time.
+  applyWorkerPriority(ctx_.settings.workers_idle_priority);
+  if (setUp()) {
+    drainLoop();
+    drain_->finish();
+    const DrainCounters& c = drain_->counters();
+    spdlog::info("session {}: closed; {} tensors written ({} bytes), {} dropped, {} write errors",
+                 id_, c.tensors_written.load(), c.bytes_written.load(),
+                 c.tensors_dropped.load() + drain_->clientDroppedTensors(), drain_->writeErrors());
+  }
+  if (!claimed_key_.empty()) ctx_.claims.release(claimed_key_);
+  state_.store(State::kClosed);
+  asio::post(ctx_.io, [self = shared_from_this()] { self->onThreadDone(); });
+}
+
+bool DumpSession::setUp() {
+  auto prepared = prepareSession(hello_, std::move(ring_fd_), std::move(root_fd_), ctx_.settings);
+  if (!prepared) {
+    failSetup(wireCode(prepared.error().code), prepared.error().message);
+    return false;
+  }
+  PreparedSession& p = prepared.value();
+  if (!ctx_.claims.claim(p.conflict_key)) {
+    failSetup(v1::Error::CONFLICT, "another live session already dumps rank " +
+                                       std::to_string(hello_.rank()) + " of net " +
+                                       p.plan.net_name + " into the same path");
+    return false;
+  }
+  claimed_key_ = p.conflict_key;
+  auto writer = openJobWriter(p, hello_, peer_, ctx_.settings);
+  if (!writer) {
+    failSetup(wireCode(writer.error().code), writer.error().message);
+    return false;
+  }
+  config::Backpressure bp = ctx_.settings.backpressure;
+  if (hello_.backpressure() == v1::BACKPRESSURE_BLOCK) bp = config::Backpressure::kBlock;
+  if (hello_.backpressure() == v1::BACKPRESSURE_DROP) bp = config::Backpressure::kDrop;
+
+  auto info = std::make_shared<Info>();
+  info->net_name = p.plan.net_name;
+  info->path = p.plan.path;
+  info->producer = hello_.producer_name() +
+                   (hello_.producer_version().empty() ? "" : " " + hello_.producer_version());
+  info_.store(info);
+
+  v1::Envelope reply;
+  v1::Welcome* w = reply.mutable_welcome();
+  w->set_session_id(id_);
+  w->set_protocol_major(ipc::kProtocolMajor);
+  w->set_protocol_minor(ipc::kProtocolMinor);
+  w->set_backpressure(bp == config::Backpressure::kDrop ? v1::BACKPRESSURE_DROP
+                                                        : v1::BACKPRESSURE_BLOCK);
+  w->set_dump_root(p.plan.path);
+  w->set_block_timeout_ms(ctx_.settings.block_timeout_ms);
+  v1::Limits* l = w->mutable_limits();
+  l->set_max_frame_bytes(ipc::kMaxFrameBytes);
+  l->set_max_ring_bytes(ctx_.settings.max_ring_bytes);
+  l->set_max_name_bytes(ipc::kMaxNameBytes);
+  l->set_max_tensors_per_record(ipc::kMaxTensorsPerRecord);
+  l->set_max_dims(ipc::kMaxDims);
+  spdlog::info("session {}: pid {} uid {} gid {} rank {} device {} net {} path {} ring {} MiB ({})",
+               id_, peer_.pid, peer_.uid, peer_.gid, hello_.rank(), hello_.device(),
+               escapeForLog(p.plan.net_name), escapeForLog(p.plan.path), p.ring.capacity() >> 20,
+               escapeForLog(info->producer));
+
+  std::weak_ptr<DumpSession> weak = weak_from_this();
+  drain_ = std::make_shared<RingDrain>(
+      id_, hello_.device(), std::move(p.plan), std::move(p.filter), std::move(p.ring),
+      std::move(writer.value().fs), std::move(writer.value().writer), ctx_.pool, [weak](uint64_t) {
+        if (auto s = weak.lock()) s->onRecordsDone();
+      });
+  refreshFreeBytes();
+  State s = State::kSetup;
+  state_.compare_exchange_strong(s, State::kActive);
+  ready_.store(true, std::memory_order_seq_cst);  // pairs with requestStop
+  asio::post(ctx_.io, [self = shared_from_this(), reply = std::move(reply)] {
+    if (auto c = self->connection_.lock()) c->send(reply);
+  });
+  return true;
+}
+
+void DumpSession::failSetup(v1::Error::Code code, const std::string& message) {
+  drain_.reset();
+  postError(code, message);
+}
+
+void DumpSession::postError(v1::Error::Code code, const std::string& message) {
+  asio::post(ctx_.io, [self = shared_from_this(), code, message] {
+    if (auto c = self->connection_.lock()) c->sendErrorAndClose(code, message);
+  });
+}
+
+void DumpSession::drainLoop() {
+  ipc::RingConsumer& ring = drain_->ring();
+  bool closing_set = false;
+  auto next_refresh = std::chrono::steady_clock::now() + kRefreshPeriod;
+  for (;;) {
+    // seq_cst: pairs with requestStop (see there).
+    const bool stop = stop_.load(std::memory_order_seq_cst);
+    if (stop && !closing_set) {
+      // From here the producer starts no record; one it is inside of is still committed.
+      ring.setClosing();
+      closing_set = true;
+    }
+    auto r = ring.next();
+    if (!r) {
+      drain_->warnings().note(r.error().message);
+      spdlog::error("session {}: {}; ending the session", id_, escapeForLog(r.error().message));
+      postError(v1::Error::CORRUPT_RING, r.error().message);
+      return;
+    }
+    if (r.value()) {
+      if (!drain_->handle(*r.value())) {
+        drain_->warnings().note(drain_->error());
+        spdlog::error("session {}: {}; ending the session", id_, escapeForLog(drain_->error()));
+        postError(v1::Error::CORRUPT_RING, drain_->error());
+        return;
+      }
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (stop) {
+      // producerBusy() is a seq_cst load after our seq_cst closing store: if the producer is
+      // not inside a record now, it never starts another one, and the head we read next is
+      // final (the busy store of its last commit follows that commit's head store).
+      if (!ring.producerBusy() && !ring.hasData()) return;
+      if (toNs(now) >= stop_deadline_ns_.load(std::memory_order_relaxed)) {
+        spdlog::warn(
+            "session {}: the client stayed inside a record past the shutdown deadline; "
+            "records it commits from now on are not written",
+            id_);
+        drain_->warnings().note("gave up waiting for the client at the shutdown deadline");
+        return;
+      }
+      ring.waitForData(kStopPollMs);
+      continue;
+    }
+    if (now >= next_refresh) {
+      drain_->publishSnapshot();
+      refreshFreeBytes();
+      next_refresh = now + kRefreshPeriod;
+    }
+    ring.waitForData(kIdleWaitMs);
+  }
+}
+
+void DumpSession::refreshFreeBytes() {
+  // fstatvfs on the client's file system may be slow (NFS): it runs here, never on the io
+  // thread; status shows the last figure.
+  auto f = drain_->writerFreeBytes();
+  if (f) {
+    free_bytes_.store(*f, std::memory_order_relaxed);
+    have_free_bytes_.store(true, std::memory_order_release);
+  }
+}
+
+void DumpSession::onRecordsDone() {
+  if (flush_waiting_.load(std::memory_order_acquire) == 0) return;
+  asio::post(ctx_.io, [self = shared_from_this()] { self->checkFlushes(); });
+}
+
+// ------------------------------------------------------------------ io thread
+
+bool DumpSession::addFlushWait(uint64_t sequence, uint64_t token) {
+  if (flush_waits_.size() >= kMaxFlushWaits) return false;
+  flush_waits_.push_back({sequence, token});
+  flush_waiting_.store(static_cast<uint32_t>(flush_waits_.size()), std::memory_order_release);
+  checkFlushes();
+  return true;
+}
+
+void DumpSession::checkFlushes() {
+  if (flush_waits_.empty()) return;
+  auto conn = connection_.lock();
+  const bool ready = ready_.load(std::memory_order_acquire);
+  const uint64_t done = ready ? drain_->doneSequence() : 0;
+  std::vector<FlushWait> still;
+  for (const FlushWait& w : flush_waits_) {
+    if (w.sequence <= done || finished_) {
+      v1::Envelope env;
+      v1::FlushReply* r = env.mutable_flush_reply();
+      r->set_token(w.token);
+      r->set_sequence(done);
+      addTotals(r->mutable_counts());
+      if (ready) {
+        if (auto e = drain_->warnings().lastError()) r->set_last_error(*e);
+      }
+      if (conn) conn->send(env);
+    } else {
+      still.push_back(w);
+    }
+  }
+  flush_waits_.swap(still);
+  flush_waiting_.store(static_cast<uint32_t>(flush_waits_.size()), std::memory_order_release);
+}
+
+void DumpSession::onThreadDone() {
+  if (thread_.joinable()) thread_.join();  // it has posted this as its last act
+  finished_ = true;
+  checkFlushes();
+  if (auto c = connection_.lock()) c->sessionFinished();
+}
+
+void DumpSession::fillStatus(v1::SessionStatus* out) const {
+  out->set_id(id_);
+  out->set_pid(peer_.pid);
+  out->set_uid(peer_.uid);
+  out->set_rank(hello_.rank());
+  out->set_device(hello_.device());
+  out->set_state(stateName(state_.load()));
+  out->set_uptime_s(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  if (auto info = info_.load()) {
+    out->set_net_name(info->net_name);
+    out->set_path(info->path);
+    out->set_producer(info->producer);
+  }
+  addTotals(out->mutable_counts());
+  if (!ready_.load(std::memory_order_acquire)) return;
+  const RingDrain& d = *drain_;
+  out->set_graph_id(d.graphId());
+  out->set_iteration(d.iteration());
+  out->set_ring_used_bytes(d.ring().usedBytes());
+  out->set_ring_capacity_bytes(d.ring().capacity());
+  out->set_client_dropped_tensors(d.clientDroppedTensors());
+  out->set_open_directories(d.openDirectories());
+  if (auto e = d.warnings().lastError()) out->set_last_error(*e);
+  if (auto snap = d.snapshot()) {
+    for (const std::string& k : snap->unused_kernels) out->add_unused_kernels(k);
+    out->set_unused_kernels_total(snap->unused_kernels_total);
+    out->set_stop_reason(snap->stop_reason);
+  }
+}
+
+void DumpSession::addTotals(v1::Counts* c) const {
+  if (!ready_.load(std::memory_order_acquire)) return;
+  const DrainCounters& k = drain_->counters();
+  const auto add = [](uint64_t cur, const std::atomic<uint64_t>& v) {
+    return saturatingAdd(cur, v.load(std::memory_order_relaxed));
+  };
+  c->set_records(add(c->records(), k.records));
+  c->set_tensors_received(add(c->tensors_received(), k.tensors_received));
+  c->set_tensors_written(add(c->tensors_written(), k.tensors_written));
+  c->set_tensors_dropped(
+      saturatingAdd(add(c->tensors_dropped(), k.tensors_dropped), drain_->clientDroppedTensors()));
+  c->set_tensors_failed(add(c->tensors_failed(), k.tensors_failed));
+  c->set_bytes_written(add(c->bytes_written(), k.bytes_written));
+  c->set_tensors_filtered(add(c->tensors_filtered(), k.tensors_filtered));
+}
+
+uint64_t DumpSession::writeErrors() const {
+  return ready_.load(std::memory_order_acquire) ? drain_->writeErrors() : 0;
+}
+
+std::optional<std::pair<std::string, uint64_t>> DumpSession::disk() const {
+  auto info = info_.load();
+  if (!info || !have_free_bytes_.load(std::memory_order_acquire)) return std::nullopt;
+  return std::make_pair(info->path, free_bytes_.load(std::memory_order_relaxed));
+}
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,136 @@
+// One dump session: the client's ring, its job writer, and the session thread that sets it up
+// and then drains the ring. Created by a Connection when a Hello passes the cheap checks.
+//
+// Threading:
+//   * io thread: start(), requestStop(), addFlushWait(), status (fillStatus, addTotals).
+//     Status reads only atomics and immutable snapshots: the io thread never waits on a lock
+//     a session thread or writer thread may hold.
+//   * session thread: set-up (config, filter, ring, directories: all off the io thread),
+//     then the drain loop, then finish. It reports to the io thread only by posting.
+//   * writer threads: write records through the RingDrain (see ring_drain.h).
+// Lifetime: shared_ptr; the io thread joins the session thread in onThreadDone(), so the
+// destructor never joins and may run on any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/daemon_settings.h"
+#include "daemon/ring_drain.h"
+#include "daemon/session_setup.h"
+#include "ipc/asio.h"
+#include "proto/dumpd.pb.h"
+#include "storage/writer_pool.h"
+
+namespace dumpd::daemon {
+
+class Connection;
+
+// The (root inode, rank, net) keys of live sessions. Thread-safe; the lock is held only for
+// the set operation itself.
+class ClaimRegistry {
+ public:
+  bool claim(const std::string& key);
+  void release(const std::string& key);
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> keys_;  // guarded by mu_
+};
+
+// What a session uses of the server.
+struct SessionContext {
+  asio::io_context& io;
+  storage::WriterPool& pool;
+  ClaimRegistry& claims;
+  config::DaemonSettings settings;  // a copy: SIGHUP changes apply to new sessions
+};
+
+class DumpSession : public std::enable_shared_from_this<DumpSession> {
+ public:
+  enum class State : uint8_t { kSetup, kActive, kDraining, kClosed };
+
+  DumpSession(SessionContext ctx, std::weak_ptr<Connection> connection, uint64_t id,
+              PeerIdentity peer, v1::Hello hello, UniqueFd ring_fd, UniqueFd root_fd);
+  ~DumpSession();
+
+  // io thread: starts the session thread.
+  void start();
+  // Any thread: the session takes no new records (the ring's closing flag tells the client),
+  // writes every record committed before, and gives up on a client still inside a record at
+  // `deadline`.
+  void requestStop(std::chrono::steady_clock::time_point deadline);
+
+  // io thread. False when too many flushes are outstanding (a broken or hostile client).
+  bool addFlushWait(uint64_t sequence, uint64_t token);
+  bool finished() const { return finished_; }
+
+  // io thread, lock-free.
+  void fillStatus(v1::SessionStatus* out) const;
+  void addTotals(v1::Counts* totals) const;
+  uint64_t writeErrors() const;
+  const PeerIdentity& peer() const { return peer_; }
+  uint64_t id() const { return id_; }
+  // The dump path and its free bytes as last measured by the session thread (nothing when
+  // the session is not set up yet).
+  std::optional<std::pair<std::string, uint64_t>> disk() const;
+
+ private:
+  struct Info {  // published once set-up succeeded
+    std::string net_name;
+    std::string path;
+    std::string producer;
+  };
+
+  void run();  // session thread
+  bool setUp();
+  void drainLoop();
+  void failSetup(v1::Error::Code code, const std::string& message);
+  void postError(v1::Error::Code code, const std::string& message);
+  void onRecordsDone();     // any thread
+  void checkFlushes();      // io thread
+  void onThreadDone();      // io thread
+  void refreshFreeBytes();  // session thread
+
+  SessionContext ctx_;
+  const std::weak_ptr<Connection> connection_;
+  const uint64_t id_;
+  const PeerIdentity peer_;
+  const v1::Hello hello_;
+  UniqueFd ring_fd_;  // handed to set-up
+  UniqueFd root_fd_;
+  const std::chrono::steady_clock::time_point started_;
+  std::thread thread_;
+
+  // Published by the session thread with a seq_cst store once set-up is done; read by the
+  // io thread (status) and requestStop before they touch drain_.
+  std::atomic<bool> ready_{false};
+  std::shared_ptr<RingDrain> drain_;
+  std::atomic<std::shared_ptr<const Info>> info_{};
+  std::string claimed_key_;  // session thread
+  std::atomic<State> state_{State::kSetup};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> stop_deadline_ns_{INT64_MAX};  // steady_clock, min of requests
+  std::atomic<uint64_t> free_bytes_{0};
+  std::atomic<bool> have_free_bytes_{false};
+  std::atomic<uint32_t> flush_waiting_{0};
+
+  // io thread.
+  struct FlushWait {
+    uint64_t sequence;
+    uint64_t token;
+  };
+  std::vector<FlushWait> flush_waits_;
+  bool finished_ = false;
+};
+
+}  // namespace dumpd::daemon

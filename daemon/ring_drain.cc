@@ -1,0 +1,281 @@
+#include "daemon/ring_drain.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/element_count.h"
+#include "daemon/log_escape.h"
+#include "ipc/op_codec.h"
+
+namespace dumpd::daemon {
+namespace {
+
+// One op execution on its way to the writer pool: owns the decoded descriptor copy; the
+// payload bytes stay in the ring until the record is released.
+struct OpTask {
+  ipc::DecodedOp op;
+  std::vector<storage::TensorView> views;
+};
+
+// A client-written counter, capped so that summing it into daemon-wide totals cannot wrap.
+constexpr uint64_t kMaxClientCount = uint64_t{1} << 48;
+
+}  // namespace
+
+RingDrain::RingDrain(uint64_t session_id, uint32_t device, config::DumpPlan plan,
+                     config::Filter filter, ipc::RingConsumer ring,
+                     std::shared_ptr<storage::FileSystem> fs,
+                     std::unique_ptr<storage::JobWriter> writer, storage::WriterPool& pool,
+                     std::function<void(uint64_t)> on_done)
+    : id_(session_id),
+      device_(device),
+      plan_(std::move(plan)),
+      filter_(std::move(filter)),
+      ring_(std::move(ring)),
+      fs_(std::move(fs)),
+      writer_(std::move(writer)),
+      pool_(pool),
+      release_(ring_, std::move(on_done)),
+      warnings_(session_id) {
+  iteration_.store(plan_.initial_iteration, std::memory_order_relaxed);
+  snapshot_.store(std::make_shared<const WriterSnapshot>());
+}
+
+std::optional<uint64_t> RingDrain::writerFreeBytes() {
+  auto f = fs_->freeBytes();
+  if (!f) return std::nullopt;
+  return f.value();
+}
+
+uint64_t RingDrain::clientDroppedTensors() const {
+  return std::min(ring_.droppedTensors(), kMaxClientCount);
+}
+
+uint64_t RingDrain::takeClientDropped() {
+  // The client may lower its counter as well as raise it: count only increases.
+  const uint64_t now = clientDroppedTensors();
+  const uint64_t delta = now > client_dropped_reported_ ? now - client_dropped_reported_ : 0;
+  client_dropped_reported_ = std::max(client_dropped_reported_, now);
+  return delta;
+}
+
+bool RingDrain::fail(std::string message) {
+  error_ = std::move(message);
+  return false;
+}
+
+bool RingDrain::handle(const ipc::RingConsumer::Record& r) {
+  switch (r.kind) {
+    case ipc::RecordKind::kPad:
+      release_.push(r.end, 0, true);
+      return true;
+    case ipc::RecordKind::kOp:
+      counters_.records.fetch_add(1, std::memory_order_relaxed);
+      return handleOp(r);
+    case ipc::RecordKind::kControl:
+      counters_.records.fetch_add(1, std::memory_order_relaxed);
+      return handleControl(r);
+  }
+  return fail("record of unknown kind");
+}
+
+bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
+  auto task = std::make_shared<OpTask>();
+  if (Status s = ipc::decodeOp(r.body, r.body_bytes, task->op); !s) return fail(s.error().message);
+  const ipc::DecodedOp& op = task->op;
+  counters_.tensors_received.fetch_add(op.tensors.size(), std::memory_order_relaxed);
+  graph_id_.store(op.graph_id, std::memory_order_relaxed);
+  iteration_.store(op.iteration, std::memory_order_relaxed);
+  if (!have_step_) {
+    have_step_ = true;
+    step_graph_ = op.graph_id;
+    step_iteration_ = op.iteration;
+  }
+  const bool marked = (op.flags & ipc::kOpMarked) != 0;
+  const bool op_selected = filter_.deviceSelected(device_) &&
+                           filter_.iterationSelected(op.iteration) &&
+                           filter_.opSelected(op.opName(), marked);
+  uint64_t bytes = 0;
+  for (const ipc::DecodedTensor& t : op.tensors) {
+    if (!dtypeValid(t.dtype)) {
+      return fail("record " + std::to_string(r.sequence) + " has unknown dtype " +
+                  std::to_string(t.dtype));
+    }
+    const auto dtype = static_cast<DType>(t.dtype);
+    const auto elements = elementCount(op.shape(t));
+    if (!elements || sourceBytes(dtype, *elements) != t.data_bytes) {
+      return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
+                  std::string(op.opName()) + " has " + std::to_string(t.data_bytes) +
+                  " bytes, which does not match its shape and dtype");
+    }
+    const auto io = static_cast<Io>(t.io);
+    if (!op_selected || !filter_.ioSelected(io)) {
+      counters_.tensors_filtered.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    storage::TensorView v;
+    v.io = io;
+    v.slot = t.slot;
+    v.dtype = dtype;
+    v.shape = op.shape(t);
+    v.format = op.format(t);
+    v.timestamp_us = t.timestamp_us;
+    v.data = std::span<const std::byte>(t.data, t.data_bytes);
+    task->views.push_back(v);
+    bytes += t.data_bytes;
+  }
+  if (task->views.empty()) {
+    release_.push(r.end, r.sequence, true);
+    return true;
+  }
+  const uint64_t slot = release_.push(r.end, r.sequence, false);
+  // Blocks while the pool's byte budget is used: the ring then fills and the producer waits
+  // or drops, so the daemon's memory stays bounded.
+  pool_.submit(bytes + 4096, [self = shared_from_this(), task, slot] {
+    storage::OpRecord rec;
+    rec.graph_id = task->op.graph_id;
+    rec.iteration = task->op.iteration;
+    rec.op_type = task->op.opType();
+    rec.op_name = task->op.opName();
+    rec.task_id = task->op.task_id;
+    rec.stream_id = task->op.stream_id;
+    rec.tensors = task->views;
+    storage::OpOutcome partial;
+    auto out = self->writer_->writeOp(rec, &partial);
+    const storage::OpOutcome& done = out ? out.value() : partial;
+    DrainCounters& c = self->counters_;
+    c.tensors_written.fetch_add(done.tensors_written, std::memory_order_relaxed);
+    c.tensors_dropped.fetch_add(done.tensors_dropped, std::memory_order_relaxed);
+    c.bytes_written.fetch_add(done.bytes_written, std::memory_order_relaxed);
+    if (!out) {
+      // The failing tensor and every one after it in this record.
+      c.tensors_failed.fetch_add(task->views.size() - done.tensors_written - done.tensors_dropped,
+                                 std::memory_order_relaxed);
+      self->warnings_.warn(out.error().message);
+    }
+    self->release_.markDone(slot);
+  });
+  return true;
+}
+
+bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
+  if (r.body_bytes < 8) return fail("control record shorter than 8 bytes");
+  uint32_t len = 0;
+  std::memcpy(&len, r.body, 4);
+  if (len > r.body_bytes - 8) return fail("control message runs past its record");
+  v1::Control ctl;
+  if (!ctl.ParseFromArray(r.body + 8, static_cast<int>(len))) {
+    return fail("control record does not parse");
+  }
+  const uint64_t payload_off = ipc::alignUp(8 + uint64_t{len}, 8);
+  Status st;
+  switch (ctl.msg_case()) {
+    case v1::Control::kStep: {
+      const uint32_t g = ctl.step().graph_id();
+      const uint32_t i = ctl.step().iteration();
+      if (have_step_ && (g != step_graph_ || i != step_iteration_)) completeStep();
+      have_step_ = true;
+      step_graph_ = g;
+      step_iteration_ = i;
+      graph_id_.store(g, std::memory_order_relaxed);
+      iteration_.store(i, std::memory_order_relaxed);
+      break;
+    }
+    case v1::Control::kGraph:
+      st = writer_->writeGraph(ctl.graph().graph_id(), ctl.graph().ir_text(),
+                               ctl.graph().pb_bytes());
+      break;
+    case v1::Control::kExecutionOrder: {
+      std::vector<std::string> names(ctl.execution_order().op_names().begin(),
+                                     ctl.execution_order().op_names().end());
+      st = writer_->writeExecutionOrder(ctl.execution_order().graph_id(), names);
+      break;
+    }
+    case v1::Control::kKernelArgs: {
+      const v1::KernelArgs& k = ctl.kernel_args();
+      if (plan_.save_kernel_args && filter_.deviceSelected(device_) &&
+          filter_.iterationSelected(k.iteration()) && filter_.opSelected(k.op_name())) {
+        std::vector<std::pair<std::string, std::string>> args(k.args().begin(), k.args().end());
+        std::sort(args.begin(), args.end());
+        st = writer_->writeKernelArgs(k.graph_id(), k.iteration(), k.op_type(), k.op_name(), args);
+      }
+      break;
+    }
+    case v1::Control::kConstant: {
+      const v1::Constant& c = ctl.constant();
+      std::vector<int64_t> shape(c.shape().begin(), c.shape().end());
+      const bool dtype_ok = c.dtype() < 256 && dtypeValid(static_cast<uint8_t>(c.dtype()));
+      const auto elements =
+          dtype_ok && shape.size() <= ipc::kMaxDims ? elementCount(shape) : std::nullopt;
+      const auto dtype = static_cast<DType>(c.dtype());
+      if (!elements || sourceBytes(dtype, *elements) != c.data_bytes() ||
+          payload_off > r.body_bytes || c.data_bytes() > r.body_bytes - payload_off) {
+        return fail("constant " + c.data_id() + " has an inconsistent shape or size");
+      }
+      if (filter_.deviceSelected(device_)) {
+        storage::TensorView v;
+        v.io = Io::kOutput;
+        v.dtype = dtype;
+        v.shape = shape;
+        v.timestamp_us = c.timestamp_us();
+        v.data = std::span<const std::byte>(r.body + payload_off, c.data_bytes());
+        st = writer_->writeConstant(c.graph_id(), c.data_id(), v);
+        if (st) counters_.tensors_written.fetch_add(1, std::memory_order_relaxed);
+      }
+      break;
+    }
+    case v1::Control::MSG_NOT_SET:
+      return fail("empty control record");
+  }
+  if (!st) warnings_.warn(st.error().message);
+  release_.push(r.end, r.sequence, true);
+  return true;
+}
+
+void RingDrain::completeStep() {
+  release_.waitIdle();
+  publishSnapshot();
+  if (!filter_.iterationSelected(step_iteration_)) return;
+  Status s = writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped());
+  if (!s) warnings_.warn(s.error().message);
+  s = writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
+  if (!s) warnings_.warn(s.error().message);
+}
+
+void RingDrain::publishSnapshot() {
+  auto snap = std::make_shared<WriterSnapshot>();
+  const std::vector<std::string> unused = filter_.unusedKernels();
+  snap->unused_kernels_total = static_cast<uint32_t>(unused.size());
+  for (size_t i = 0; i < unused.size() && i < kMaxListedKernels; ++i) {
+    snap->unused_kernels.push_back(unused[i].substr(0, 1024));
+  }
+  const storage::JobCounters jc = writer_->counters();
+  snap->stop_reason = jc.stop_reason;
+  write_errors_.store(jc.write_errors, std::memory_order_relaxed);
+  open_dirs_.store(static_cast<uint32_t>(jc.open_directories), std::memory_order_relaxed);
+  snapshot_.store(std::move(snap));
+}
+
+void RingDrain::finish() {
+  release_.waitIdle();
+  if (have_step_ && filter_.iterationSelected(step_iteration_)) {
+    // finish() below completes every open iteration; the global order gets its last line.
+    (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
+  }
+  if (Status s = writer_->finish(takeClientDropped()); !s) warnings_.warn(s.error().message);
+  publishSnapshot();
+  warnings_.flushSuppressed();
+  const std::vector<std::string> unused = filter_.unusedKernels();
+  for (size_t i = 0; i < unused.size() && i < kMaxListedKernels; ++i) {
+    // MindSpore logs these too.
+    spdlog::warn("session {}: unused kernel in job config: {}", id_, escapeForLog(unused[i]));
+  }
+  if (unused.size() > kMaxListedKernels) {
+    spdlog::warn("session {}: ... and {} more unused kernels", id_,
+                 unused.size() - kMaxListedKernels);
+  }
+}
+
+}  // namespace dumpd::daemon

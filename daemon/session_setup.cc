@@ -1,0 +1,79 @@
+#include "daemon/session_setup.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/credentials.h"
+#include "storage/file_system.h"
+
+namespace dumpd::daemon {
+
+v1::Error::Code wireCode(ErrorCode c) {
+  switch (c) {
+    case ErrorCode::kInvalidConfig:
+      return v1::Error::INVALID_CONFIG;
+    case ErrorCode::kResourceExhausted:
+      return v1::Error::RESOURCE_EXHAUSTED;
+    case ErrorCode::kProtocol:
+    case ErrorCode::kInvalidArgument:
+      return v1::Error::PROTOCOL;
+    case ErrorCode::kIo:
+    case ErrorCode::kNoSpace:
+    case ErrorCode::kPermission:
+    case ErrorCode::kNotFound:
+      return v1::Error::IO;
+    default:
+      return v1::Error::INTERNAL;
+  }
+}
+
+Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, UniqueFd root_fd,
+                                       const config::DaemonSettings& settings) {
+  // The client's environment, not ours: a config without "path" means
+  // $MS_DIAGNOSTIC_DATA_PATH/debug_dump of the training process.
+  config::Environment env;
+  if (!h.ms_diagnostic_data_path().empty()) {
+    env.ms_diagnostic_data_path = h.ms_diagnostic_data_path();
+  }
+  auto plan = config::parseDumpPlan(h.job_config(), env);
+  if (!plan) return makeError(ErrorCode::kInvalidConfig, plan.error().message);
+  auto filter = config::Filter::create(plan.value());
+  if (!filter) return makeError(ErrorCode::kInvalidConfig, filter.error().message);
+
+  struct stat st;
+  if (::fstat(root_fd.get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return makeError(ErrorCode::kProtocol, "dump root descriptor is not a directory");
+  }
+  std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                    std::to_string(h.rank()) + ":" + plan.value().net_name;
+  auto ring =
+      ipc::RingConsumer::attach(std::move(ring_fd), h.ring_bytes(), settings.max_ring_bytes);
+  if (!ring) return ring.error();
+  return PreparedSession{std::move(plan.value()), std::move(filter.value()),
+                         std::move(ring.value()), std::move(root_fd), std::move(key)};
+}
+
+Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const PeerIdentity& peer,
+                                   const config::DaemonSettings& settings) {
+  storage::JobOptions opts;
+  opts.rank = h.rank();
+  opts.device_target = h.device_target().empty() ? "CPU" : h.device_target();
+  opts.producer_version = h.producer_version();
+  opts.durability = settings.durability;
+  opts.compression = settings.compression;
+  opts.quota_bytes = settings.job_quota_bytes;
+  opts.min_free_bytes = settings.min_free_bytes;
+  opts.max_open_directories = settings.max_open_directories;
+  // Every file-system operation runs with the client's credentials: dumpd can only create,
+  // replace or append where the client itself could, and what it creates belongs to it.
+  // A root client may write anywhere the daemon may: no switch needed (saves a setgroups).
+  storage::PosixOptions fs_opts;
+  if (peer.uid != 0) fs_opts.act_as = storage::Credentials{peer.uid, peer.gid, peer.groups};
+  auto fs = storage::makePosixFileSystem(s.root.release(), fs_opts);
+  if (!fs) return fs.error();
+  auto writer = storage::JobWriter::create(fs.value(), s.plan, opts);
+  if (!writer) return writer.error();
+  return OpenedWriter{std::move(fs.value()), std::move(writer.value())};
+}
+
+}  // namespace dumpd::daemon

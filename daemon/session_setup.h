@@ -1,0 +1,58 @@
+// Session set-up, run on the session's own thread (never the io thread): everything here costs
+// time in proportion to what the client sent, or touches the client's file system.
+//
+//   prepareSession: validates the job config in the client's environment, compiles its filter
+//                   (RE2, linear time), checks the dump root and maps the ring (no page faults).
+//   openJobWriter:  opens the dump tree beneath the root fd, acting as the client (uid, gid,
+//                   supplementary groups) for every file-system operation.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "config/daemon_settings.h"
+#include "config/dump_plan.h"
+#include "config/filter.h"
+#include "ipc/shm_ring.h"
+#include "proto/dumpd.pb.h"
+#include "storage/job_writer.h"
+
+namespace dumpd::daemon {
+
+// The client process as the kernel reports it (SO_PEERCRED, SO_PEERGROUPS).
+struct PeerIdentity {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+};
+
+struct PreparedSession {
+  config::DumpPlan plan;
+  config::Filter filter;
+  ipc::RingConsumer ring;
+  UniqueFd root;
+  // (root device:inode, rank, net): one live session per key.
+  std::string conflict_key;
+};
+
+Result<PreparedSession> prepareSession(const v1::Hello& hello, UniqueFd ring_fd, UniqueFd root_fd,
+                                       const config::DaemonSettings& settings);
+
+struct OpenedWriter {
+  std::shared_ptr<storage::FileSystem> fs;  // for free-space figures
+  std::unique_ptr<storage::JobWriter> writer;
+};
+Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& hello,
+                                   const PeerIdentity& peer,
+                                   const config::DaemonSettings& settings);
+
+// The wire code for an error of set-up.
+v1::Error::Code wireCode(ErrorCode code);
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,41 @@
+// A session's warnings: rate-limited log lines (a misbehaving client or a full disk cannot
+// flood the journal) and the last error, published for status and flush replies.
+//
+// Thread-safety: every method may be called from any thread. mu_ guards only the rate
+// counters; the last error is an atomic snapshot, so the io thread reads it without a lock.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace dumpd::daemon {
+
+class SessionWarnings {
+ public:
+  explicit SessionWarnings(uint64_t session_id) : id_(session_id) {}
+
+  // Records `message` as the last error and logs it (escaped), at most kBurst lines per
+  // kWindow; the rest are counted and summarised.
+  void warn(const std::string& message);
+  // Records the last error without logging.
+  void note(const std::string& message);
+  // Logs the summary of suppressed lines, if any (session end).
+  void flushSuppressed();
+  std::shared_ptr<const std::string> lastError() const;
+
+ private:
+  static constexpr int kBurst = 5;
+  static constexpr std::chrono::seconds kWindow{10};
+  const uint64_t id_;
+  std::atomic<std::shared_ptr<const std::string>> last_error_{};
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point window_start_{};  // guarded by mu_
+  int count_ = 0;                                         // guarded by mu_
+  uint64_t suppressed_ = 0;                               // guarded by mu_
+};
+
+}  // namespace dumpd::daemon
