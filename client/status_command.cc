@@ -51,6 +51,22 @@ Result<v1::StatusReply> fetch(const std::string& socket_path) {
   return reply->status_reply();
 }
 
+// Names and errors come from clients: never send their control characters to a terminal.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out.push_back(ch);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json statusToJson(const v1::StatusReply& r) {
@@ -63,6 +79,11 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
   totals["sessions_total"] = r.sessions_total();
   totals["write_errors"] = r.write_errors();
   j["totals"] = totals;
+  j["connections"] = r.connections();
+  j["open_fds"] = r.open_fds();
+  j["fd_limit"] = r.fd_limit();
+  j["sessions_hidden"] = r.sessions_hidden();
+  j["sessions_omitted"] = r.sessions_omitted();
   j["queue"] = {{"pending_bytes", r.queue_pending_bytes()},
                 {"pending_records", r.queue_pending_records()},
                 {"capacity_bytes", r.queue_capacity_bytes()}};
@@ -87,6 +108,9 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["uptime_s"] = s.uptime_s();
     o["unused_kernels"] =
         std::vector<std::string>(s.unused_kernels().begin(), s.unused_kernels().end());
+    o["unused_kernels_total"] = s.unused_kernels_total();
+    o["open_directories"] = s.open_directories();
+    o["client_dropped_tensors"] = s.client_dropped_tensors();
     sessions.push_back(o);
   }
   j["sessions"] = sessions;
@@ -114,6 +138,15 @@ std::string statusToTable(const v1::StatusReply& r) {
                 human(static_cast<double>(r.queue_pending_bytes())).c_str(),
                 human(static_cast<double>(r.queue_capacity_bytes())).c_str());
   out << line;
+  std::snprintf(line, sizeof line, "connections %u  fds %u / %u\n", r.connections(), r.open_fds(),
+                r.fd_limit());
+  out << line;
+  if (r.sessions_hidden() != 0) {
+    out << r.sessions_hidden() << " session(s) of other users not shown (root sees all)\n";
+  }
+  if (r.sessions_omitted() != 0) {
+    out << r.sessions_omitted() << " session(s) left out to keep the reply small\n";
+  }
   if (r.sessions_size() == 0) {
     out << "no active sessions\n";
   } else {
@@ -130,18 +163,21 @@ std::string statusToTable(const v1::StatusReply& r) {
       std::snprintf(line, sizeof line,
                     "%-4llu %-8d %-4u %-4u %-16.16s %-10s %10llu %10s %8llu %5.0f%% %-9s\n",
                     static_cast<unsigned long long>(s.id()), s.pid(), s.rank(), s.device(),
-                    s.net_name().c_str(), step.c_str(),
+                    printable(s.net_name()).c_str(), step.c_str(),
                     static_cast<unsigned long long>(s.counts().tensors_written()),
                     human(static_cast<double>(s.counts().bytes_written())).c_str(),
                     static_cast<unsigned long long>(s.counts().tensors_dropped()), ring,
                     s.state().c_str());
       out << line;
-      if (!s.last_error().empty()) out << "     last error: " << s.last_error() << "\n";
-      if (!s.stop_reason().empty()) out << "     payloads stopped: " << s.stop_reason() << "\n";
+      if (!s.last_error().empty()) out << "     last error: " << printable(s.last_error()) << "\n";
+      if (!s.stop_reason().empty()) {
+        out << "     payloads stopped: " << printable(s.stop_reason()) << "\n";
+      }
     }
   }
   for (const v1::DiskStatus& d : r.disks()) {
-    out << "disk " << d.path() << ": " << human(static_cast<double>(d.free_bytes())) << " free\n";
+    out << "disk " << printable(d.path()) << ": " << human(static_cast<double>(d.free_bytes()))
+        << " free\n";
   }
   return out.str();
 }
