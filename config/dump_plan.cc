@@ -358,8 +358,9 @@ Status PlanParser::parseKernels(const json& v) {
   }
   // Entries are compiled (and a bad regex rejected) only when they are used, as in MindSpore.
   if (plan_.dump_mode == DumpMode::kKernels) {
-    auto matcher = KernelMatcher::create(plan_.kernels);
+    auto matcher = KernelMatcher::create(plan_.kernels, env_.cancel);
     if (!matcher) return matcher.error();
+    plan_.compiled_kernels = std::make_shared<const KernelMatcher>(std::move(matcher).value());
   }
   return {};
 }

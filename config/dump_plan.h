@@ -4,15 +4,18 @@
 // the same keys, types, defaults, forced values and error messages.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "config/iteration_set.h"
 #include "base/result.h"
+#include "config/iteration_set.h"
+#include "config/kernel_matcher.h"
 
 namespace dumpd::config {
 
@@ -54,6 +57,9 @@ struct DumpPlan {
   IterationSet iterations;
   IoSelect input_output = IoSelect::kBoth;  // after forcing (op_debug_mode 3 -> kBoth)
   std::vector<std::string> kernels;         // as written in the file (before normalisation)
+  // The compiled kernel entries (dump_mode 1), kept from validation so that a Filter built
+  // from this plan does not compile every pattern a second time. Shared, immutable.
+  std::shared_ptr<const KernelMatcher> compiled_kernels;
   std::vector<uint32_t> support_device;
   uint32_t op_debug_mode = 0;    // 0, 3 or 4 (1 and 2 become 3)
   uint32_t overflow_number = 0;  // 0 = no limit
@@ -84,6 +90,9 @@ struct DumpPlan {
 struct Environment {
   std::optional<std::string> ms_diagnostic_data_path;  // MS_DIAGNOSTIC_DATA_PATH
   std::optional<std::string> mindspore_dump_config;    // MINDSPORE_DUMP_CONFIG
+  // Not an environment variable: when set and true, parsing stops early with an error (the
+  // daemon sets it when the client hung up while its config was being compiled).
+  const std::atomic<bool>* cancel = nullptr;
   static Environment fromProcess();
 };
 

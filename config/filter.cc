@@ -20,9 +20,13 @@ Result<Filter> Filter::create(const DumpPlan& plan) {
   std::sort(f.devices_.begin(), f.devices_.end());
   f.initial_iteration_ = plan.initial_iteration;
   if (plan.dump_mode == DumpMode::kKernels) {
-    auto matcher = KernelMatcher::create(plan.kernels);
-    if (!matcher) return matcher.error();
-    f.matcher_ = std::move(matcher).value();
+    if (plan.compiled_kernels) {
+      f.matcher_ = *plan.compiled_kernels;  // copies share the compiled patterns
+    } else {
+      auto matcher = KernelMatcher::create(plan.kernels);
+      if (!matcher) return matcher.error();
+      f.matcher_ = std::move(matcher).value();
+    }
   }
   return f;
 }

@@ -58,10 +58,15 @@ std::string KernelMatcher::opTypeKey(std::string_view full_name) {
   return toLowerAscii(last);
 }
 
-Result<KernelMatcher> KernelMatcher::create(const std::vector<std::string>& kernels) {
+Result<KernelMatcher> KernelMatcher::create(const std::vector<std::string>& kernels,
+                                            const std::atomic<bool>* cancel) {
   KernelMatcher matcher;
   std::unordered_set<std::string> seen;
   for (const std::string& raw : kernels) {
+    // Relaxed: a late look at the flag only costs one more entry's compile time.
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return makeError(ErrorCode::kUnavailable, "compiling the kernels list was cancelled");
+    }
     std::string text = normalise(raw);
     if (text.empty()) continue;
     // A repeated entry adds nothing (MindSpore warns and keeps one).

@@ -1,6 +1,7 @@
 // Kernel matching for dump_mode 1 (MindSpore semantics): regex, full name, or op type.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,7 +28,9 @@ class KernelMatcher {
   // lower-cased substring of the op type (last path component cut at its last '-'). A regex
   // that RE2 refuses (bad or unsupported syntax, or a compiled program over kRegexMaxMem) or
   // one longer than kMaxRegexBytes is an error naming the entry. Duplicate entries count once.
-  static Result<KernelMatcher> create(const std::vector<std::string>& kernels);
+  // With `cancel` set and true, compiling stops at the next entry with a kUnavailable error.
+  static Result<KernelMatcher> create(const std::vector<std::string>& kernels,
+                                      const std::atomic<bool>* cancel = nullptr);
 
   // True if the op's full scope name matches any entry (or the list is effectively empty).
   // Marks every entry that matches. A regex costs time linear in the name's length.

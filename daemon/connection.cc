@@ -38,11 +38,19 @@ void Connection::armIdleTimer() {
   idle_timer_.expires_after(std::chrono::milliseconds(server_.settings().handshake_timeout_ms));
   idle_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
     auto self = weak.lock();
-    if (ec || !self || self->session_ || self->closing_ || self->socket_closed_) return;
-    self->sendErrorAndClose(v1::Error::TIMEOUT,
-                            "no Hello or request within " +
+    if (ec || !self || self->session_ || self->socket_closed_) return;
+    // Close now, not after the queue is written: a client that reads nothing would otherwise
+    // keep its connection (and its slot) forever.
+    const std::string message = "no Hello or request within " +
                                 std::to_string(self->server_.settings().handshake_timeout_ms) +
-                                " ms (handshake_timeout_ms)");
+                                " ms (handshake_timeout_ms)";
+    spdlog::info("connection {}: {}", self->id_, message);
+    v1::Envelope env;
+    env.mutable_error()->set_code(v1::Error::TIMEOUT);
+    env.mutable_error()->set_message(message);
+    if (auto frame = ipc::encodeFrame(env)) self->write_queue_.push_back(std::move(frame.value()));
+    self->flushNonBlocking();
+    self->closeSocket();
   });
 }
 
@@ -78,7 +86,9 @@ void Connection::onReadable() {
     closeSocket();
     return;
   }
-  if (fds_.size() > (session_ ? 0 : kHelloFdCount)) {
+  // Before the Hello a few descriptors are kept, so that a Hello with the wrong number gets
+  // checkHello's precise error; after it, none.
+  if (fds_.size() > (session_ ? 0 : ipc::kMaxFdsPerMessage)) {
     sendErrorAndClose(v1::Error::PROTOCOL, "unexpected file descriptors");
     return;
   }
@@ -249,19 +259,26 @@ void Connection::sessionFinished() {
   if (server_.stopping() || socket_closed_) {
     // Shutting down: a client that does not read must not hold up the exit. Flush replies
     // already queued get one non-blocking attempt.
-    while (!socket_closed_ && !write_queue_.empty()) {
-      const std::string& f = write_queue_.front();
-      if (::send(socket_.native_handle(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
-          static_cast<ssize_t>(f.size())) {
-        break;
-      }
-      write_queue_.pop_front();
-    }
+    flushNonBlocking();
     closeSocket();
     return;
   }
   closing_ = true;
   if (!writing_) closeSocket();
+}
+
+void Connection::flushNonBlocking() {
+  // Only when no async write is in flight: its bytes would interleave with ours.
+  if (writing_) return;
+  while (!socket_closed_ && !write_queue_.empty()) {
+    const std::string& f = write_queue_.front();
+    if (::send(socket_.native_handle(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(f.size())) {
+      break;
+    }
+    queued_bytes_ -= std::min(queued_bytes_, f.size());
+    write_queue_.pop_front();
+  }
 }
 
 void Connection::shutdown(std::chrono::steady_clock::time_point deadline) {

@@ -62,6 +62,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void onFrame(v1::Envelope& env);
   void handleHello(const v1::Hello& hello);
   void doWrite();
+  // One non-blocking attempt to send what is queued (before a forced close).
+  void flushNonBlocking();
   void armIdleTimer();
   void stopSession();
   void closeSocket();

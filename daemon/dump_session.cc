@@ -99,7 +99,12 @@ void DumpSession::run() {
 }
 
 bool DumpSession::setUp() {
-  auto prepared = prepareSession(hello_, std::move(ring_fd_), std::move(root_fd_), ctx_.settings);
+  auto prepared =
+      prepareSession(hello_, std::move(ring_fd_), std::move(root_fd_), ctx_.settings, &stop_);
+  if (stop_.load()) {
+    failSetup(v1::Error::SHUTTING_DOWN, "the session was closed during set-up");
+    return false;
+  }
   if (!prepared) {
     failSetup(wireCode(prepared.error().code), prepared.error().message);
     return false;
@@ -112,6 +117,10 @@ bool DumpSession::setUp() {
     return false;
   }
   claimed_key_ = p.conflict_key;
+  if (stop_.load()) {
+    failSetup(v1::Error::SHUTTING_DOWN, "the session was closed during set-up");
+    return false;
+  }
   auto writer = openJobWriter(p, hello_, peer_, ctx_.settings);
   if (!writer) {
     failSetup(wireCode(writer.error().code), writer.error().message);
@@ -178,7 +187,17 @@ void DumpSession::postError(v1::Error::Code code, const std::string& message) {
 void DumpSession::drainLoop() {
   ipc::RingConsumer& ring = drain_->ring();
   bool closing_set = false;
+  uint64_t records_since_refresh = 0;
   auto next_refresh = std::chrono::steady_clock::now() + kRefreshPeriod;
+  // Status figures (writer counters, unused kernels, free space) once a second, whether the
+  // ring is busy or idle.
+  const auto maybeRefresh = [&] {
+    const auto t = std::chrono::steady_clock::now();
+    if (t < next_refresh) return;
+    drain_->publishSnapshot();
+    refreshFreeBytes();
+    next_refresh = t + kRefreshPeriod;
+  };
   for (;;) {
     // seq_cst: pairs with requestStop (see there).
     const bool stop = stop_.load(std::memory_order_seq_cst);
@@ -195,6 +214,17 @@ void DumpSession::drainLoop() {
       return;
     }
     if (r.value()) {
+      if (stop && toNs(std::chrono::steady_clock::now()) >=
+                      stop_deadline_ns_.load(std::memory_order_relaxed)) {
+        // A producer that ignores `closing` cannot hold the session open past the deadline.
+        spdlog::warn(
+            "session {}: still draining at the shutdown deadline; the rest of the "
+            "ring is not written",
+            id_);
+        drain_->warnings().note("records left in the ring at the shutdown deadline");
+        return;
+      }
+      if ((++records_since_refresh & 1023) == 0) maybeRefresh();
       if (!drain_->handle(*r.value())) {
         drain_->warnings().note(drain_->error());
         spdlog::error("session {}: {}; ending the session", id_, escapeForLog(drain_->error()));
@@ -220,11 +250,7 @@ void DumpSession::drainLoop() {
       ring.waitForData(kStopPollMs);
       continue;
     }
-    if (now >= next_refresh) {
-      drain_->publishSnapshot();
-      refreshFreeBytes();
-      next_refresh = now + kRefreshPeriod;
-    }
+    maybeRefresh();
     ring.waitForData(kIdleWaitMs);
   }
 }

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "base/element_count.h"
@@ -131,9 +132,10 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     return true;
   }
   const uint64_t slot = release_.push(r.end, r.sequence, false);
-  // Blocks while the pool's byte budget is used: the ring then fills and the producer waits
-  // or drops, so the daemon's memory stays bounded.
-  pool_.submit(bytes + 4096, [self = shared_from_this(), task, slot] {
+  // Blocks while the pool's byte budget, or this session's share of it, is used: the ring
+  // then fills and the producer waits or drops, so the daemon's memory stays bounded. The
+  // pool serves sessions in turn: this session's backlog never queues ahead of another's.
+  pool_.submit(id_, bytes + 4096, [self = shared_from_this(), task, slot] {
     storage::OpRecord rec;
     rec.graph_id = task->op.graph_id;
     rec.iteration = task->op.iteration;
@@ -165,6 +167,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
   uint32_t len = 0;
   std::memcpy(&len, r.body, 4);
   if (len > r.body_bytes - 8) return fail("control message runs past its record");
+  if (len > static_cast<uint32_t>(INT32_MAX)) return fail("control message larger than 2 GiB");
   v1::Control ctl;
   if (!ctl.ParseFromArray(r.body + 8, static_cast<int>(len))) {
     return fail("control record does not parse");

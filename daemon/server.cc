@@ -39,9 +39,11 @@ Server::Server(asio::io_context& io, config::DaemonSettings settings, std::strin
       settings_(std::move(settings)),
       socket_path_(std::move(socket_path)),
       acceptor_(io),
+      // One session may hold at most a quarter of the write queue.
       pool_(std::make_unique<storage::WriterPool>(
           settings_.writer_threads, settings_.write_queue_bytes,
-          [idle = settings_.workers_idle_priority] { applyWorkerPriority(idle); })),
+          [idle = settings_.workers_idle_priority] { applyWorkerPriority(idle); },
+          std::max<uint64_t>(settings_.write_queue_bytes / 4, 1))),
       started_(std::chrono::steady_clock::now()),
       give_up_timer_(io),
       accept_retry_timer_(io) {}

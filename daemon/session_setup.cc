@@ -28,10 +28,12 @@ v1::Error::Code wireCode(ErrorCode c) {
 }
 
 Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, UniqueFd root_fd,
-                                       const config::DaemonSettings& settings) {
+                                       const config::DaemonSettings& settings,
+                                       const std::atomic<bool>* cancel) {
   // The client's environment, not ours: a config without "path" means
   // $MS_DIAGNOSTIC_DATA_PATH/debug_dump of the training process.
   config::Environment env;
+  env.cancel = cancel;
   if (!h.ms_diagnostic_data_path().empty()) {
     env.ms_diagnostic_data_path = h.ms_diagnostic_data_path();
   }

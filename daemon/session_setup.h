@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,8 +42,10 @@ struct PreparedSession {
   std::string conflict_key;
 };
 
+// `cancel`: set when the client hung up or dumpd is stopping; compiling stops early.
 Result<PreparedSession> prepareSession(const v1::Hello& hello, UniqueFd ring_fd, UniqueFd root_fd,
-                                       const config::DaemonSettings& settings);
+                                       const config::DaemonSettings& settings,
+                                       const std::atomic<bool>* cancel = nullptr);
 
 struct OpenedWriter {
   std::shared_ptr<storage::FileSystem> fs;  // for free-space figures

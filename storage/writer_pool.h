@@ -1,14 +1,20 @@
-// A bounded queue (in bytes) in front of N writer threads.
+// A bounded queue (in bytes) in front of N writer threads, fair between owners.
 //
-// Thread-safety: every method may be called from any thread. Tasks run on pool threads in
-// submission order per pool (FIFO hand-out); completion order across threads is not ordered,
-// so callers that need in-order release track completion themselves.
+// Each task belongs to an owner (the daemon: one per session). Owners are served in turn
+// (round robin), each owner's tasks in submission order, so one owner's backlog delays
+// another's task by at most one task per thread. Bytes are bounded twice: all queued and
+// running tasks together (capacity_bytes), and per owner (owner_capacity_bytes), so one owner
+// cannot take the whole budget and make everyone else's submit wait behind it.
+//
+// Thread-safety: every method may be called from any thread. Completion order across threads
+// is not ordered, so callers that need in-order release track completion themselves.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -22,18 +28,22 @@ class WriterPool {
 
   // REQUIRES: threads >= 1, capacity_bytes >= 1. `on_thread_start` (optional) runs first on
   // each pool thread (the daemon lowers their scheduling priority there).
+  // owner_capacity_bytes 0 = capacity_bytes.
   WriterPool(unsigned threads, uint64_t capacity_bytes,
-             std::function<void()> on_thread_start = nullptr);
+             std::function<void()> on_thread_start = nullptr, uint64_t owner_capacity_bytes = 0);
   // Runs every queued task, then joins the threads.
   ~WriterPool();
   WriterPool(const WriterPool&) = delete;
   WriterPool& operator=(const WriterPool&) = delete;
 
-  // Blocks while the queue holds `bytes` or more of free capacity is missing; a task larger
-  // than the whole capacity is admitted once the queue is empty (never deadlocks).
-  void submit(uint64_t bytes, Task task);
+  // Blocks while `bytes` do not fit the free capacity of the pool or of the owner; a task
+  // larger than a capacity is admitted once the pool (or the owner) has nothing pending
+  // (never deadlocks).
+  void submit(uint64_t owner, uint64_t bytes, Task task);
+  void submit(uint64_t bytes, Task task) { submit(0, bytes, std::move(task)); }
   // Non-blocking: false (task untouched) when it does not fit now.
-  bool trySubmit(uint64_t bytes, Task& task);
+  bool trySubmit(uint64_t owner, uint64_t bytes, Task& task);
+  bool trySubmit(uint64_t bytes, Task& task) { return trySubmit(0, bytes, task); }
   // Waits until every task submitted before the call has finished.
   void drain();
 
@@ -47,15 +57,22 @@ class WriterPool {
     Task task;
     uint64_t seq = 0;  // submission order, for drain()
   };
+  struct Owner {
+    std::deque<Item> queue;
+    uint64_t pending_bytes = 0;  // queued + running
+  };
   void run();
-  bool fits(uint64_t bytes) const;  // REQUIRES: mu_ held
-  uint64_t oldestPending() const;   // REQUIRES: mu_ held; next_seq_ when nothing pending
+  bool fits(uint64_t owner, uint64_t bytes) const;          // REQUIRES: mu_ held
+  void enqueue(uint64_t owner, uint64_t bytes, Task task);  // REQUIRES: mu_ held
+  uint64_t oldestPending() const;  // REQUIRES: mu_ held; next_seq_ when nothing pending
 
   const uint64_t capacity_;
+  const uint64_t owner_capacity_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // a task arrived or stopping
   std::condition_variable space_cv_;  // bytes freed / task finished
-  std::deque<Item> queue_;
+  std::map<uint64_t, Owner> owners_;  // owners with pending bytes
+  std::deque<uint64_t> ready_;        // owners with queued tasks, in serving order
   uint64_t pending_bytes_ = 0;
   uint64_t pending_tasks_ = 0;
   bool stopping_ = false;

@@ -34,6 +34,13 @@ void expectDefaults(const DaemonSettings& s) {
   EXPECT_EQ(s.min_free_bytes, 1ull << 30);
   EXPECT_EQ(s.compression, Compression::kNone);
   EXPECT_EQ(s.log_level, "info");
+  EXPECT_EQ(s.max_sessions_per_uid, 16u);
+  EXPECT_EQ(s.max_connections, 256u);
+  EXPECT_EQ(s.max_connections_per_uid, 32u);
+  EXPECT_EQ(s.handshake_timeout_ms, 10000u);
+  EXPECT_EQ(s.max_pending_frame_bytes, 64ull << 20);
+  EXPECT_EQ(s.max_open_directories, 64u);
+  EXPECT_EQ(s.shutdown_timeout_ms, 30000u);
 }
 
 TEST(DaemonSettingsTest, EmptyObjectKeepsDefaults) {
@@ -49,13 +56,31 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
   auto text = readTextFile(DUMPD_SOURCE_DIR "/config/dumpd.json");
   ASSERT_TRUE(text);
   auto keys = nlohmann::json::parse(*text);
-  for (const char* key :
-       {"socket_path", "socket_mode", "socket_group", "max_sessions", "max_ring_bytes",
-        "writer_threads", "write_queue_bytes", "backpressure", "block_timeout_ms", "durability",
-        "job_quota_bytes", "min_free_bytes", "compression", "worker_priority", "log_level"}) {
+  for (const char* key : {"socket_path",
+                          "socket_mode",
+                          "socket_group",
+                          "max_sessions",
+                          "max_ring_bytes",
+                          "writer_threads",
+                          "write_queue_bytes",
+                          "backpressure",
+                          "block_timeout_ms",
+                          "durability",
+                          "job_quota_bytes",
+                          "min_free_bytes",
+                          "compression",
+                          "worker_priority",
+                          "log_level",
+                          "max_sessions_per_uid",
+                          "max_connections",
+                          "max_connections_per_uid",
+                          "handshake_timeout_ms",
+                          "max_pending_frame_bytes",
+                          "max_open_directories",
+                          "shutdown_timeout_ms"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
-  EXPECT_EQ(keys.size(), 15u);
+  EXPECT_EQ(keys.size(), 22u);
 }
 
 TEST(DaemonSettingsTest, EveryKeyIsRead) {
@@ -65,7 +90,9 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
     "writer_threads": 4, "write_queue_bytes": 8388608, "backpressure": "drop",
     "block_timeout_ms": 250, "durability": "iteration", "job_quota_bytes": 1000000,
     "min_free_bytes": 0, "compression": "lz4", "log_level": "debug",
-    "worker_priority": "normal"})");
+    "worker_priority": "normal", "max_sessions_per_uid": 3, "max_connections": 9,
+    "max_connections_per_uid": 5, "handshake_timeout_ms": 700, "max_pending_frame_bytes": 1234,
+    "max_open_directories": 11, "shutdown_timeout_ms": 4000})");
   ASSERT_TRUE(s) << errorOf(s);
   EXPECT_EQ(s->socket_path, "/run/x/d.sock");
   EXPECT_EQ(s->socket_mode, 0600u);
@@ -82,6 +109,20 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
   EXPECT_FALSE(s->workers_idle_priority);
   EXPECT_EQ(s->compression, Compression::kLz4);
   EXPECT_EQ(s->log_level, "debug");
+  EXPECT_EQ(s->max_sessions_per_uid, 3u);
+  EXPECT_EQ(s->max_connections, 9u);
+  EXPECT_EQ(s->max_connections_per_uid, 5u);
+  EXPECT_EQ(s->handshake_timeout_ms, 700u);
+  EXPECT_EQ(s->max_pending_frame_bytes, 1234u);
+  EXPECT_EQ(s->max_open_directories, 11u);
+  EXPECT_EQ(s->shutdown_timeout_ms, 4000u);
+}
+
+TEST(DaemonSettingsTest, LimitsBelowTheirMinimumAreRefused) {
+  EXPECT_FALSE(parseDaemonSettings(R"({"handshake_timeout_ms": 10})"));
+  EXPECT_FALSE(parseDaemonSettings(R"({"shutdown_timeout_ms": 0})"));
+  EXPECT_FALSE(parseDaemonSettings(R"({"max_open_directories": 1})"));
+  EXPECT_FALSE(parseDaemonSettings(R"({"max_connections_per_uid": 0})"));
 }
 
 TEST(DaemonSettingsTest, UnknownKeyIsAnErrorNamingIt) {

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <vector>
 
 namespace dumpd::storage {
@@ -89,6 +91,51 @@ TEST(WriterPoolTest, ATaskLargerThanCapacityRunsWhenTheQueueIsEmpty) {
   WriterPool::Task t = [] {};
   EXPECT_TRUE(pool.trySubmit(1000, t));
   pool.drain();
+}
+
+TEST(WriterPoolTest, OwnersAreServedInTurnNotInSubmissionOrder) {
+  // One thread, held by a gated task of owner 1; then owner 1 queues 100 more, owner 2 one.
+  WriterPool pool(1, 1 << 20);
+  Gate gate;
+  std::mutex mu;
+  std::vector<int> order;
+  pool.submit(1, 1, [f = gate.future] { f.wait(); });
+  for (int i = 0; i < 100; ++i) {
+    pool.submit(1, 1, [&, i] {
+      std::lock_guard lock(mu);
+      order.push_back(i);
+    });
+  }
+  pool.submit(2, 1, [&] {
+    std::lock_guard lock(mu);
+    order.push_back(-2);
+  });
+  gate.open();
+  pool.drain();
+  ASSERT_EQ(order.size(), 101u);
+  // Owner 2's task waited for at most one task of owner 1, not for its 100.
+  const auto pos = std::find(order.begin(), order.end(), -2) - order.begin();
+  EXPECT_LE(pos, 1) << "owner 2 was served after " << pos << " tasks of owner 1";
+  // Each owner's own tasks keep their order.
+  std::vector<int> mine;
+  for (int v : order) {
+    if (v >= 0) mine.push_back(v);
+  }
+  EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()));
+}
+
+TEST(WriterPoolTest, OneOwnerCannotTakeTheWholeBudget) {
+  // Capacity 100, 30 per owner: owner 1 is held at 30; owner 2 still gets in at once.
+  WriterPool pool(1, 100, nullptr, 30);
+  Gate gate;
+  pool.submit(1, 30, [f = gate.future] { f.wait(); });
+  WriterPool::Task more = [] {};
+  EXPECT_FALSE(pool.trySubmit(1, 10, more)) << "owner 1 is at its share";
+  WriterPool::Task other = [] {};
+  EXPECT_TRUE(pool.trySubmit(2, 30, other)) << "owner 2 must not wait behind owner 1";
+  gate.open();
+  pool.drain();
+  EXPECT_EQ(pool.pendingBytes(), 0u);
 }
 
 TEST(WriterPoolTest, DrainWaitsForARunningTask) {
