@@ -544,6 +544,11 @@ def agent_tightloop(a):
         if a.exit_on_error:
             os._exit(0)
         emit(event="done", true_count=true_count, false_count=false_count, message=str(e))
+        if a.hold_after_error:
+            # Wait for the SIGUSR1 the test sends: exiting on our own first would let it find
+            # the interpreter finalizing, with the default (fatal) disposition back in place.
+            while True:
+                time.sleep(1)
     return 0
 
 
@@ -609,6 +614,7 @@ def main(argv=None):
     p.add_argument("--pace-ms", type=float, default=20)
     p.add_argument("--announce-after", type=int, default=500)
     p.add_argument("--exit-on-error", action="store_true")
+    p.add_argument("--hold-after-error", action="store_true")
     a = p.parse_args(argv)
     if a.uid is not None:
         become(a.uid, a.gid if a.gid is not None else a.uid)

@@ -979,7 +979,7 @@ def test_sigterm_writes_exactly_the_dumps_that_returned_true(harness, workdir, r
 def test_client_exiting_during_the_drain_leaves_a_clean_exit(harness, workdir, run):
     h = harness()
     on_error = run % 2 == 1  # half exit on DaemonError, half on a signal right after SIGTERM
-    a, _ = tightloop(h, workdir, *(["--exit-on-error"] if on_error else []))
+    a, _ = tightloop(h, workdir, *(["--exit-on-error"] if on_error else ["--hold-after-error"]))
     if not on_error:
         orig = h.daemon.proc.send_signal
 
