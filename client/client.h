@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/dtype.h"
+#include "base/result.h"
 #include "config/daemon_settings.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
-#include "base/result.h"
-#include "base/dtype.h"
 
 namespace dumpd::client {
 

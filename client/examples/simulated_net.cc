@@ -162,8 +162,7 @@ int main(int argc, char** argv) {
       fill(out0, it, op, 1, 0);
       dumpd::client::Tensor ts[3];
       const std::vector<float>* bufs[3] = {&in0, &in1, &out0};
-      const dumpd::Io ios[3] = {dumpd::Io::kInput, dumpd::Io::kInput,
-                                        dumpd::Io::kOutput};
+      const dumpd::Io ios[3] = {dumpd::Io::kInput, dumpd::Io::kInput, dumpd::Io::kOutput};
       const uint32_t slots[3] = {0, 1, 0};
       for (int k = 0; k < 3; ++k) {
         ts[k].io = ios[k];
