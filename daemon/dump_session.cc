@@ -208,9 +208,7 @@ void DumpSession::drainLoop() {
     }
     auto r = ring.next();
     if (!r) {
-      drain_->warnings().note(r.error().message);
-      spdlog::error("session {}: {}; ending the session", id_, escapeForLog(r.error().message));
-      postError(v1::Error::CORRUPT_RING, r.error().message);
+      endCorrupt(r.error().message);
       return;
     }
     if (r.value()) {
@@ -226,9 +224,7 @@ void DumpSession::drainLoop() {
       }
       if ((++records_since_refresh & 1023) == 0) maybeRefresh();
       if (!drain_->handle(*r.value())) {
-        drain_->warnings().note(drain_->error());
-        spdlog::error("session {}: {}; ending the session", id_, escapeForLog(drain_->error()));
-        postError(v1::Error::CORRUPT_RING, drain_->error());
+        endCorrupt(drain_->error());
         return;
       }
       continue;
@@ -253,6 +249,12 @@ void DumpSession::drainLoop() {
     maybeRefresh();
     ring.waitForData(kIdleWaitMs);
   }
+}
+
+void DumpSession::endCorrupt(const std::string& message) {
+  drain_->warnings().note(message);
+  spdlog::error("session {}: {}; ending the session", id_, escapeForLog(message));
+  postError(v1::Error::CORRUPT_RING, message);
 }
 
 void DumpSession::refreshFreeBytes() {

@@ -96,6 +96,8 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   void drainLoop();
   void failSetup(v1::Error::Code code, const std::string& message);
   void postError(v1::Error::Code code, const std::string& message);
+  // The client's ring is corrupt: note, log, tell the client; the drain loop then returns.
+  void endCorrupt(const std::string& message);
   void onRecordsDone();     // any thread
   void checkFlushes();      // io thread
   void onThreadDone();      // io thread
