@@ -4,7 +4,7 @@
 // Threading:
 //   * io thread: start(), requestStop(), addFlushWait(), status (fillStatus, addTotals).
 //     Status reads only atomics and immutable snapshots: the io thread never waits on a lock
-//     a session thread or writer thread may hold.
+//     a session or writer thread holds across work (a Snapshot's lock covers a pointer copy).
 //   * session thread: set-up (config, filter, ring, directories: all off the io thread),
 //     then the drain loop, then finish. It reports to the io thread only by posting.
 //   * writer threads: write records through the RingDrain (see ring_drain.h).
@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/snapshot.h"
 #include "config/daemon_settings.h"
 #include "daemon/ring_drain.h"
 #include "daemon/session_setup.h"
@@ -74,7 +75,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   bool addFlushWait(uint64_t sequence, uint64_t token);
   bool finished() const { return finished_; }
 
-  // io thread, lock-free.
+  // io thread: atomics and Snapshots only (no lock held across anything but a pointer copy).
   void fillStatus(v1::SessionStatus* out) const;
   void addTotals(v1::Counts* totals) const;
   uint64_t writeErrors() const;
@@ -117,7 +118,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // io thread (status) and requestStop before they touch drain_.
   std::atomic<bool> ready_{false};
   std::shared_ptr<RingDrain> drain_;
-  std::atomic<std::shared_ptr<const Info>> info_{};
+  Snapshot<Info> info_;
   std::string claimed_key_;  // session thread
   std::atomic<State> state_{State::kSetup};
   std::atomic<bool> stop_{false};

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/snapshot.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
 #include "daemon/release_queue.h"
@@ -35,7 +36,7 @@ struct DrainCounters {
   std::atomic<uint64_t> tensors_filtered{0};
 };
 
-// Figures the session thread refreshes for status (io thread reads them lock-free).
+// Figures the session thread refreshes for status (the io thread reads them as a Snapshot).
 struct WriterSnapshot {
   std::string stop_reason;
   std::vector<std::string> unused_kernels;  // at most kMaxListedKernels
@@ -100,7 +101,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::atomic<uint32_t> iteration_{0};
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint32_t> open_dirs_{0};
-  std::atomic<std::shared_ptr<const WriterSnapshot>> snapshot_{};
+  Snapshot<WriterSnapshot> snapshot_;
 
   // Session-thread state.
   bool have_step_ = false;

@@ -2,7 +2,7 @@
 // flood the journal) and the last error, published for status and flush replies.
 //
 // Thread-safety: every method may be called from any thread. mu_ guards only the rate
-// counters; the last error is an atomic snapshot, so the io thread reads it without a lock.
+// counters; the last error is a Snapshot (a lock held only for a pointer copy).
 #pragma once
 
 #include <atomic>
@@ -11,6 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "base/snapshot.h"
 
 namespace dumpd::daemon {
 
@@ -31,7 +33,7 @@ class SessionWarnings {
   static constexpr int kBurst = 5;
   static constexpr std::chrono::seconds kWindow{10};
   const uint64_t id_;
-  std::atomic<std::shared_ptr<const std::string>> last_error_{};
+  Snapshot<std::string> last_error_;
   std::mutex mu_;
   std::chrono::steady_clock::time_point window_start_{};  // guarded by mu_
   int count_ = 0;                                         // guarded by mu_

@@ -58,7 +58,8 @@ class Daemon:
         assert self.proc.poll() is None, self.logtext()
 
     def logtext(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def alive(self):
