@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "base/element_count.h"
+#include "client/device_pipeline.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
@@ -111,6 +112,44 @@ struct Client::Impl {
   std::vector<const Tensor*> selected;
   std::vector<std::byte*> payloads;
   std::vector<int64_t> shape_scratch;
+  std::vector<DeviceCopy> device_copies;
+  // Device tensors: created at the first one. Declared after `ring`: destroyed first (it
+  // unpins the ring and must wait for copies into it).
+  std::unique_ptr<DevicePipeline> pipeline;
+
+  Status ensurePipeline() {
+    if (pipeline) return {};
+    std::shared_ptr<DeviceApi> api = options.device_api;
+    if (!api) {
+      auto cuda = cudaDevice();
+      if (!cuda) return cuda.error();
+      api = cuda.value();
+    }
+    pipeline = std::make_unique<DevicePipeline>(api, *ring, options.device_staging_bytes);
+    return {};
+  }
+
+  // Checks the op's selected CUDA tensors: all on one device, with data. Returns that device
+  // (-1 when the op has no CUDA tensor).
+  Result<int> opDevice(const OpCall& op) const {
+    int device = -1;
+    for (const Tensor& t : op.tensors) {
+      if (t.memory != Memory::kCuda || !filter->ioSelected(t.io)) continue;
+      if (t.data == nullptr && t.bytes != 0) {
+        return makeError(ErrorCode::kInvalidArgument, "CUDA tensor slot " + std::to_string(t.slot) +
+                                                          " of " + std::string(op.op_name) +
+                                                          " has no data pointer");
+      }
+      if (device >= 0 && t.device != device) {
+        return makeError(ErrorCode::kInvalidArgument,
+                         "the CUDA tensors of " + std::string(op.op_name) + " live on devices " +
+                             std::to_string(device) + " and " + std::to_string(t.device) +
+                             "; dump them as separate ops");
+      }
+      device = t.device;
+    }
+    return device;
+  }
 
   void updateStepSelected() {
     step_selected = filter->deviceSelected(device) && filter->iterationSelected(iteration);
@@ -184,8 +223,13 @@ struct Client::Impl {
     }
   }
 
-  Status sendControl(const v1::Control& ctl, const void* payload, uint64_t payload_bytes) {
+  // `device_payload`: the payload is the bytes of this CUDA tensor, copied by the pipeline.
+  Status sendControl(const v1::Control& ctl, const void* payload, uint64_t payload_bytes,
+                     const Tensor* device_payload = nullptr) {
     if (closed || !fatal.empty()) return dead();
+    if (device_payload != nullptr) {
+      if (Status s = ensurePipeline(); !s) return s;
+    }
     const uint64_t ctl_bytes = ctl.ByteSizeLong();
     const uint64_t payload_off = ipc::alignUp(8 + ctl_bytes, 8);
     const uint64_t body = payload_off + payload_bytes;
@@ -196,9 +240,14 @@ struct Client::Impl {
     std::memcpy(p, &len, 4);
     std::memset(p + 4, 0, 4);
     ctl.SerializeToArray(p + 8, static_cast<int>(ctl_bytes));
+    ++stats.records_committed;
+    if (device_payload != nullptr && payload_bytes != 0) {
+      const DeviceCopy copy{p + payload_off, payload, payload_bytes};
+      return pipeline->submit(ring->reservedSequence(), device_payload->device, nullptr,
+                              std::span(&copy, 1), 1);
+    }
     if (payload_bytes != 0) std::memcpy(p + payload_off, payload, payload_bytes);
     ring->commit();
-    ++stats.records_committed;
     return {};
   }
 };
@@ -322,6 +371,16 @@ bool Client::shouldDump(std::string_view op_name, Io io, bool marked) {
 }
 
 Result<Reservation> Client::reserveOp(const OpCall& op) {
+  for (const Tensor& t : op.tensors) {
+    if (t.memory != Memory::kHost) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "reserveOp takes host tensors only; dump CUDA tensors with dumpOp");
+    }
+  }
+  return reserve(op);
+}
+
+Result<Reservation> Client::reserve(const OpCall& op) {
   Impl& m = *impl_;
   Reservation res;
   if (m.closed || !m.fatal.empty()) return m.dead();
@@ -416,17 +475,42 @@ Result<bool> Client::dumpOp(const OpCall& op) {
     m.stats.tensors_filtered += op.tensors.size();
     return false;
   }
-  // reserveOp fills m.payloads in the order of m.selected.
-  auto r = reserveOp(op);
+  auto device = m.opDevice(op);
+  if (!device) return device.error();
+  if (device.value() >= 0) {
+    if (Status s = m.ensurePipeline(); !s) return s.error();
+  }
+  // reserve() fills m.payloads in the order of m.selected.
+  auto r = reserve(op);
   if (!r) return r.error();
   Reservation& res = r.value();
   if (!res.active()) return false;
+  m.device_copies.clear();
   for (size_t i = 0; i < m.selected.size(); ++i) {
     const Tensor* t = m.selected[i];
-    if (t->bytes != 0) std::memcpy(m.payloads[i], t->data, t->bytes);
+    if (t->bytes == 0) continue;
+    if (t->memory == Memory::kCuda) {
+      m.device_copies.push_back(DeviceCopy{m.payloads[i], t->data, t->bytes});
+    } else {
+      std::memcpy(m.payloads[i], t->data, t->bytes);
+    }
   }
-  auto c = commitOp(res);
-  if (!c) return c.error();
+  if (m.device_copies.empty()) {
+    auto c = commitOp(res);
+    if (!c) return c.error();
+    return true;
+  }
+  // The pipeline owns the record from here: it commits it when its copies complete, or
+  // voids it (the daemon counts its tensors as failed) when they cannot be made.
+  res.active_ = false;
+  ++m.stats.records_committed;
+  m.stats.tensors_committed += res.tensors_;
+  m.stats.bytes_committed += res.bytes_;
+  if (Status s = m.pipeline->submit(m.ring->reservedSequence(), device.value(), op.stream,
+                                    m.device_copies, res.tensors_);
+      !s) {
+    return s.error();
+  }
   return true;
 }
 
@@ -444,7 +528,8 @@ Status Client::dumpConstant(std::string_view data_id, const Tensor& tensor, uint
   for (int64_t d : tensor.shape) c->add_shape(d);
   c->set_timestamp_us(nowMicros());
   c->set_data_bytes(tensor.bytes);
-  return impl_->sendControl(ctl, tensor.data, tensor.bytes);
+  return impl_->sendControl(ctl, tensor.data, tensor.bytes,
+                            tensor.memory == Memory::kCuda ? &tensor : nullptr);
 }
 
 Status Client::saveGraph(uint32_t graph_id, std::string_view ir_text, std::string_view pb_bytes) {
@@ -479,6 +564,18 @@ Status Client::saveKernelArgs(std::string_view op_type, std::string_view op_name
 Result<Counts> Client::flush(int timeout_ms) {
   Impl& m = *impl_;
   if (m.closed || !m.fatal.empty()) return m.dead();
+  const auto start = std::chrono::steady_clock::now();
+  if (m.pipeline) {
+    // Device copies first: their records reach the ring when they complete. A failed copy
+    // is not an error here: its record was voided and the daemon's counts say so.
+    Status d = m.pipeline->drain(timeout_ms);
+    if (!d && d.error().code == ErrorCode::kTimeout) return d.error();
+    if (timeout_ms >= 0) {
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, timeout_ms - spent.count()));
+    }
+  }
   v1::Envelope env;
   v1::Flush* f = env.mutable_flush();
   f->set_sequence(m.ring->lastSequence());
@@ -515,6 +612,14 @@ Stats Client::stats() const {
   s.ring_used = impl_->ring->usedBytes();
   s.iteration = impl_->iteration;
   s.graph_id = impl_->graph_id;
+  if (impl_->pipeline) {
+    const PipelineCounters c = impl_->pipeline->counters();
+    s.device_records = c.records;
+    s.device_records_staged = c.staged_records;
+    s.device_staging_waits = c.staging_waits;
+    s.device_records_failed = c.failed_records;
+    s.device_in_flight = impl_->pipeline->inFlight();
+  }
   return s;
 }
 

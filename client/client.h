@@ -3,8 +3,10 @@
 // Threading rule: a Client is used by one thread at a time (it owns a single-producer ring).
 // Calls from several threads must be serialised by the caller (the Python binding does).
 //
-// Memory-reuse contract: when dumpOp()/commitOp() returns, the tensor bytes are in shared
-// memory; the caller may overwrite or free its buffers at once.
+// Memory-reuse contract: when dumpOp()/commitOp() returns, a host tensor's bytes are in
+// shared memory, and a CUDA tensor's bytes are snapshotted by work enqueued on the op's
+// stream; the caller may overwrite or free its buffers at once (for CUDA memory: by work
+// ordered after that stream, which is what a framework's caching allocator does).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 
 #include "base/dtype.h"
 #include "base/result.h"
+#include "client/device_api.h"
 #include "config/daemon_settings.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
@@ -36,7 +39,16 @@ struct Options {
   std::string producer_version;  // written as ms_version in .dump_metadata/config.json
   std::string device_target = "CPU";
   int connect_timeout_ms = 10000;
+  // Device tensors: bytes of device memory per GPU for snapshots in flight (0: copy
+  // device-to-host on the producer's stream, no snapshot buffer). See docs/configuration.md.
+  uint64_t device_staging_bytes = 1ull << 30;
+  // The device implementation; nullptr: CUDA, created at the first CUDA tensor. Tests pass
+  // a fake one.
+  std::shared_ptr<DeviceApi> device_api;
 };
+
+// Where a tensor's bytes live.
+enum class Memory : uint8_t { kHost, kCuda };
 
 // One tensor of an op execution. `data` holds sourceBytes(dtype, elements) bytes
 // (int4: packed pairs, low nibble first; bfloat16: raw 16-bit patterns).
@@ -48,6 +60,8 @@ struct Tensor {
   const void* data = nullptr;
   uint64_t bytes = 0;
   std::string_view format = "DefaultFormat";
+  Memory memory = Memory::kHost;
+  int device = 0;  // CUDA device ordinal of `data` when memory is kCuda
 };
 
 struct OpCall {
@@ -57,6 +71,9 @@ struct OpCall {
   uint32_t task_id = 0;
   uint32_t stream_id = 0;
   bool marked = false;  // set_dump mark, for dump_mode 2
+  // The cudaStream_t that produced the op's CUDA tensors (nullptr: the default stream).
+  // Their snapshot is enqueued on it; nothing here waits for it.
+  StreamHandle stream = nullptr;
 };
 
 struct Counts {
@@ -83,6 +100,12 @@ struct Stats {
   uint32_t iteration = 0;
   uint32_t graph_id = 0;
   uint64_t session_id = 0;
+  // Device tensors (see DevicePipeline).
+  uint64_t device_records = 0;         // records whose tensors came from a device
+  uint64_t device_records_staged = 0;  // of which snapshotted into device staging
+  uint64_t device_staging_waits = 0;   // times a producer stream waited for staging space
+  uint64_t device_records_failed = 0;  // voided because a device copy failed
+  uint64_t device_in_flight = 0;       // records whose copies have not completed yet
 };
 
 // A zero-copy reservation: write each tensor's bytes at payload(i), then commitOp().
@@ -120,10 +143,13 @@ class Client {
   bool stepSelected() const;
 
   // Copies the op's selected tensors into the ring as one record. Returns true when a
-  // record was committed, false when everything was filtered or dropped (drop policy).
+  // record was committed (or, with CUDA tensors, enqueued: it is committed when its device
+  // copies complete), false when everything was filtered or dropped (drop policy). The CUDA
+  // tensors of one op must live on one device.
   Result<bool> dumpOp(const OpCall& op);
-  // Zero-copy form: reserves ring space for the op's selected tensors (data pointers are
-  // ignored; `bytes` must be set). An inactive reservation means filtered/dropped.
+  // Zero-copy form (host memory only): reserves ring space for the op's selected tensors
+  // (data pointers are ignored; `bytes` must be set). An inactive reservation means
+  // filtered/dropped.
   Result<Reservation> reserveOp(const OpCall& op);
   Result<uint64_t> commitOp(Reservation& r);
 
@@ -133,8 +159,9 @@ class Client {
   Status saveKernelArgs(std::string_view op_type, std::string_view op_name,
                         const std::vector<std::pair<std::string, std::string>>& args);
 
-  // Blocks until everything committed so far is on disk, dropped or failed (timeout_ms -1:
-  // no limit). Returns the session's cumulative counts from the daemon.
+  // Blocks until everything dumped so far is on disk, dropped or failed, device copies in
+  // flight included (timeout_ms -1: no limit). Returns the session's cumulative counts from
+  // the daemon.
   Result<Counts> flush(int timeout_ms = -1);
   Stats stats() const;
   // Flushes, says Goodbye and waits (within timeout_ms) until the daemon has finished the
@@ -149,6 +176,7 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Impl> impl);
+  Result<Reservation> reserve(const OpCall& op);
   std::unique_ptr<Impl> impl_;
 };
 

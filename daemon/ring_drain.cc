@@ -78,6 +78,17 @@ bool RingDrain::handle(const ipc::RingConsumer::Record& r) {
     case ipc::RecordKind::kControl:
       counters_.records.fetch_add(1, std::memory_order_relaxed);
       return handleControl(r);
+    case ipc::RecordKind::kVoid: {
+      // The client reserved this record but could not fill it (a device copy failed).
+      uint32_t lost = 0;
+      if (r.body_bytes >= 4) std::memcpy(&lost, r.body, 4);
+      counters_.records.fetch_add(1, std::memory_order_relaxed);
+      counters_.tensors_received.fetch_add(lost, std::memory_order_relaxed);
+      counters_.tensors_failed.fetch_add(lost, std::memory_order_relaxed);
+      warnings_.warn("the client could not fill a record (a device copy failed)");
+      release_.push(r.end, r.sequence, true);
+      return true;
+    }
   }
   return fail("record of unknown kind");
 }

@@ -15,7 +15,9 @@
 namespace dumpd::ipc {
 
 inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" little-endian
-inline constexpr uint32_t kRingVersion = 2;  // 2: futex wake words, closing/busy flags
+// 2: futex wake words, closing/busy flags. 3: kVoid records (reservations committed out of
+// order by the client's device pipeline, and given up when a device copy fails).
+inline constexpr uint32_t kRingVersion = 3;
 inline constexpr size_t kRingControlBytes = 4096;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr uint64_t kMinRingBytes = 64 * 1024;
@@ -54,7 +56,8 @@ struct RingControl {
   // producer starts no record after it sees it.
   alignas(64) std::atomic<uint32_t> closing;
   // Producer-owned: 1 from just before the producer checks `closing` for a new record until
-  // that record is committed or abandoned. With `closing` it forms a Dekker handshake: either
+  // every record it reserved is committed or abandoned (several may be in flight while
+  // device copies fill them). With `closing` it forms a Dekker handshake: either
   // the producer sees closing and refuses, or the daemon sees busy and waits for the commit.
   alignas(64) std::atomic<uint32_t> producer_busy;
 };
@@ -73,6 +76,7 @@ enum class RecordKind : uint16_t {
   kPad = 1,      // skip to the start of the data area (wrap-around filler)
   kOp = 2,       // one op execution: OpHeader, names, TensorDescs, payloads
   kControl = 3,  // u32 length + serialized dumpd.v1.Control (+ constant payload)
+  kVoid = 4,     // a reserved record the client could not fill: u32 count of tensors lost
 };
 
 inline constexpr uint32_t kRecordMagic = 0x52445044;  // "DPDR"

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -41,10 +43,23 @@ RingMapping& RingMapping::operator=(RingMapping&& o) noexcept {
 
 // ---------------------------------------------------------------- producer
 
+struct RingProducer::Shared {
+  mutable std::mutex mu;
+  std::deque<Pending> pending;  // open reservations, oldest first
+  uint64_t head = 0;            // published head (local copy of control()->head)
+  uint64_t sequence = 0;        // last published sequence
+};
+
 RingProducer::RingProducer(UniqueFd fd, RingMapping map, uint64_t capacity)
-    : memfd_(std::move(fd)), map_(std::move(map)), capacity_(capacity) {
+    : memfd_(std::move(fd)),
+      map_(std::move(map)),
+      capacity_(capacity),
+      shared_(std::make_unique<Shared>()) {
   data_ = map_.base() + kRingControlBytes;
 }
+RingProducer::RingProducer(RingProducer&&) noexcept = default;
+RingProducer& RingProducer::operator=(RingProducer&&) noexcept = default;
+RingProducer::~RingProducer() = default;
 
 Result<RingProducer> RingProducer::create(uint64_t capacity_bytes) {
   if (capacity_bytes < kMinRingBytes) {
@@ -80,7 +95,7 @@ Result<RingProducer> RingProducer::create(uint64_t capacity_bytes) {
 }
 
 uint64_t RingProducer::neededFor(uint64_t length) const {
-  const uint64_t off = head_ % capacity_;
+  const uint64_t off = reserve_head_ % capacity_;
   const uint64_t pad = (off + length > capacity_) ? capacity_ - off : 0;
   return pad + length;
 }
@@ -91,7 +106,7 @@ bool RingProducer::fits(uint64_t body_bytes) const {
   // Acquire: the consumer released these bytes after it finished reading them; our writes to
   // them must not be reordered before that release.
   const uint64_t tail = control()->tail.load(std::memory_order_acquire);
-  return neededFor(length) <= capacity_ - (head_ - tail);
+  return neededFor(length) <= capacity_ - (reserve_head_ - tail);
 }
 
 std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
@@ -100,23 +115,49 @@ std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
   // sees busy and waits for this record's commit before its final drain.
   control()->producer_busy.store(1, std::memory_order_seq_cst);
   if (control()->closing.load(std::memory_order_seq_cst) != 0 || !fits(body_bytes)) {
+    std::lock_guard<std::mutex> lock(shared_->mu);
     // Release: nothing of ours is in flight; pairs with the daemon's seq_cst load.
-    control()->producer_busy.store(0, std::memory_order_release);
+    if (shared_->pending.empty()) control()->producer_busy.store(0, std::memory_order_release);
     return nullptr;
   }
   const uint64_t length = recordLength(body_bytes);
-  const uint64_t off = head_ % capacity_;
-  res_pad_ = (off + length > capacity_) ? capacity_ - off : 0;
-  res_length_ = length;
-  res_body_ = body_bytes;
-  res_kind_ = kind;
-  reserved_ = true;
-  return data_ + (head_ + res_pad_) % capacity_ + sizeof(RecordHeader);
+  const uint64_t off = reserve_head_ % capacity_;
+  const uint64_t pad = (off + length > capacity_) ? capacity_ - off : 0;
+  if (pad != 0) {
+    RecordHeader p{};
+    p.magic = kRecordMagic;
+    p.kind = static_cast<uint16_t>(RecordKind::kPad);
+    p.length = pad;
+    std::memcpy(data_ + off, &p, sizeof p);
+  }
+  const uint64_t start = reserve_head_ + pad;
+  // The header is complete now: the consumer reads nothing before the published head.
+  RecordHeader h{};
+  h.magic = kRecordMagic;
+  h.kind = static_cast<uint16_t>(kind);
+  h.body_bytes = static_cast<uint32_t>(body_bytes);
+  h.length = length;
+  h.sequence = ++reserved_sequence_;
+  std::byte* record = data_ + start % capacity_;
+  std::memcpy(record, &h, sizeof h);
+  reserve_head_ = start + length;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->pending.push_back(Pending{reserved_sequence_, start, reserve_head_, false});
+  }
+  return record + sizeof(RecordHeader);
 }
 
 void RingProducer::abandon() {
-  reserved_ = false;
-  control()->producer_busy.store(0, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  auto& pending = shared_->pending;
+  if (pending.empty() || pending.back().filled) return;
+  pending.pop_back();
+  // Rewind to the end of the previous reservation (or the published head); any wrap pad
+  // written for the dropped one is simply overwritten later.
+  reserve_head_ = pending.empty() ? shared_->head : pending.back().end;
+  --reserved_sequence_;
+  if (pending.empty()) control()->producer_busy.store(0, std::memory_order_release);
 }
 
 bool RingProducer::closing() const {
@@ -124,34 +165,60 @@ bool RingProducer::closing() const {
 }
 
 uint64_t RingProducer::commit() {
-  if (res_pad_ != 0) {
-    RecordHeader pad{};
-    pad.magic = kRecordMagic;
-    pad.kind = static_cast<uint16_t>(RecordKind::kPad);
-    pad.length = res_pad_;
-    std::memcpy(data_ + head_ % capacity_, &pad, sizeof pad);
+  const uint64_t seq = reserved_sequence_;
+  commit(seq);
+  return seq;
+}
+
+void RingProducer::commit(uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  auto& pending = shared_->pending;
+  if (pending.empty() || sequence < pending.front().sequence) return;
+  const uint64_t index = sequence - pending.front().sequence;
+  if (index >= pending.size()) return;
+  pending[index].filled = true;
+  publishLocked();
+}
+
+void RingProducer::voidRecord(uint64_t sequence, uint32_t tensors_lost) {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    auto& pending = shared_->pending;
+    if (pending.empty() || sequence < pending.front().sequence) return;
+    const uint64_t index = sequence - pending.front().sequence;
+    if (index >= pending.size() || pending[index].filled) return;
+    std::byte* header = data_ + pending[index].start % capacity_;
+    RecordHeader h;
+    std::memcpy(&h, header, sizeof h);
+    h.kind = static_cast<uint16_t>(RecordKind::kVoid);
+    h.body_bytes = 4;
+    std::memcpy(header, &h, sizeof h);
+    std::memcpy(header + sizeof h, &tensors_lost, 4);
   }
-  const uint64_t start = head_ + res_pad_;
-  RecordHeader h{};
-  h.magic = kRecordMagic;
-  h.kind = static_cast<uint16_t>(res_kind_);
-  h.body_bytes = static_cast<uint32_t>(res_body_);
-  h.length = res_length_;
-  h.sequence = ++sequence_;
-  std::memcpy(data_ + start % capacity_, &h, sizeof h);
-  head_ = start + res_length_;
-  reserved_ = false;
+  commit(sequence);
+}
+
+void RingProducer::publishLocked() {
+  auto& pending = shared_->pending;
+  bool moved = false;
+  while (!pending.empty() && pending.front().filled) {
+    shared_->head = pending.front().end;
+    shared_->sequence = pending.front().sequence;
+    pending.pop_front();
+    moved = true;
+  }
+  if (!moved) return;
   // seq_cst (not just release): together with the consumer's seq_cst store of
   // consumer_waiting and load of head, this is a Dekker handshake. Either we see its flag
-  // and wake it, or it sees our head and does not sleep. Release semantics publish the bytes.
-  control()->head.store(head_, std::memory_order_seq_cst);
+  // and wake it, or it sees our head and does not sleep. Release semantics publish the bytes
+  // (the device pipeline's completion thread acquired them from the copy's completion).
+  control()->head.store(shared_->head, std::memory_order_seq_cst);
   // After head, seq_cst: a daemon whose seq_cst load sees busy == 0 from this store also
   // sees the head stored above (pairs with RingConsumer::producerBusy).
-  control()->producer_busy.store(0, std::memory_order_seq_cst);
+  if (pending.empty()) control()->producer_busy.store(0, std::memory_order_seq_cst);
   if (control()->consumer_waiting.load(std::memory_order_seq_cst) != 0) {
     futexBumpAndWake(control()->data_wake);
   }
-  return sequence_;
 }
 
 bool RingProducer::waitForSpace(uint64_t body_bytes, int timeout_ms) {
@@ -175,7 +242,17 @@ bool RingProducer::waitForSpace(uint64_t body_bytes, int timeout_ms) {
 }
 
 uint64_t RingProducer::usedBytes() const {
-  return head_ - control()->tail.load(std::memory_order_relaxed);
+  return reserve_head_ - control()->tail.load(std::memory_order_relaxed);
+}
+
+uint64_t RingProducer::lastSequence() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->sequence;
+}
+
+size_t RingProducer::openReservations() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->pending.size();
 }
 
 // ---------------------------------------------------------------- consumer
@@ -276,7 +353,7 @@ Result<std::optional<RingConsumer::Record>> RingConsumer::next() {
     r.sequence = 0;
     r.body = nullptr;
     r.body_bytes = 0;
-  } else if (kind == RecordKind::kOp || kind == RecordKind::kControl) {
+  } else if (kind == RecordKind::kOp || kind == RecordKind::kControl || kind == RecordKind::kVoid) {
     if (h.body_bytes > h.length - sizeof(RecordHeader)) return corrupt("body exceeds record");
     if (h.sequence != expect_sequence_) {
       return corrupt("sequence " + std::to_string(h.sequence) + ", expected " +

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "base/result.h"
@@ -48,22 +49,38 @@ class RingProducer {
   // against shrinking and growing, maps it and pre-faults every page by writing it once
   // (fresh shared pages are ~25x slower to touch than warm ones).
   static Result<RingProducer> create(uint64_t capacity_bytes);
+  RingProducer(RingProducer&&) noexcept;
+  RingProducer& operator=(RingProducer&&) noexcept;
+  ~RingProducer();
 
   int memfd() const { return memfd_.get(); }
   uint64_t capacity() const { return capacity_; }
   uint64_t mappedBytes() const { return map_.bytes(); }
+  std::byte* mappedBase() const { return map_.base(); }
   // Largest body a single record can carry.
   uint64_t maxBodyBytes() const { return capacity_ - sizeof(RecordHeader); }
 
+  // Threading: tryReserve, abandon, fits and waitForSpace belong to the producer thread.
+  // commit(seq), voidRecord and the read-only queries may also run on one other thread (the
+  // client's device-copy completion thread); they serialise on an internal mutex.
+
   // Reserves space for one record with `body_bytes` after its header and returns a pointer
   // to the body, or nullptr when the ring lacks space right now or the daemon is closing the
-  // session (closing() tells which). At most one reservation is open at a time.
-  // REQUIRES: body_bytes <= maxBodyBytes().
+  // session (closing() tells which). Several reservations may be open; their sequence
+  // numbers follow reservation order and the daemon sees them in that order, each once it
+  // and every earlier one are committed. REQUIRES: body_bytes <= maxBodyBytes().
   std::byte* tryReserve(RecordKind kind, uint64_t body_bytes);
-  // Publishes the open reservation (and any wrap padding before it); wakes the consumer only
-  // if it declared it is sleeping. Returns the record's sequence number.
+  // Sequence number of the newest reservation.
+  uint64_t reservedSequence() const { return reserved_sequence_; }
+  // Commits the newest reservation (the host-copy path). Returns its sequence number.
   uint64_t commit();
-  // Drops the open reservation; nothing is published.
+  // Marks reservation `sequence` filled; publishes it with every filled reservation after
+  // it up to the first one still open, and wakes the consumer if it sleeps.
+  void commit(uint64_t sequence);
+  // Turns reservation `sequence` into a kVoid record (its device copy failed) carrying the
+  // number of tensors lost, and commits it. REQUIRES: its body has room for 4 bytes.
+  void voidRecord(uint64_t sequence, uint32_t tensors_lost);
+  // Drops the newest reservation, which must still be open; nothing is published.
   void abandon();
 
   // Sleeps until a record with `body_bytes` could be reserved, the daemon closes the session,
@@ -73,27 +90,34 @@ class RingProducer {
   // True once the daemon marked the session closing: no record can be started any more.
   bool closing() const;
 
-  uint64_t usedBytes() const;
-  uint64_t lastSequence() const { return sequence_; }
+  uint64_t usedBytes() const;  // reserved or committed, not yet released by the daemon
+  // Sequence number of the last record the daemon can see (every one before it too).
+  uint64_t lastSequence() const;
+  // Reservations not yet published.
+  size_t openReservations() const;
   RingControl* control() const { return reinterpret_cast<RingControl*>(map_.base()); }
 
  private:
+  struct Pending {
+    uint64_t sequence;
+    uint64_t start;  // position of the record's header (after any wrap pad)
+    uint64_t end;    // reserve head after this record
+    bool filled;
+  };
+  struct Shared;  // the mutex and the open reservations (heap: RingProducer stays movable)
+
   RingProducer(UniqueFd fd, RingMapping map, uint64_t capacity);
-  // Bytes needed from head for a record of `length`, including wrap padding.
+  // Bytes needed from the reserve head for a record of `length`, including wrap padding.
   uint64_t neededFor(uint64_t length) const;
+  void publishLocked();
 
   UniqueFd memfd_;
   RingMapping map_;
   uint64_t capacity_ = 0;
   std::byte* data_ = nullptr;
-  uint64_t head_ = 0;  // local copy of control()->head (the producer is its only writer)
-  uint64_t sequence_ = 0;
-  // Open reservation.
-  bool reserved_ = false;
-  uint64_t res_pad_ = 0;
-  uint64_t res_length_ = 0;
-  uint64_t res_body_ = 0;
-  RecordKind res_kind_ = RecordKind::kOp;
+  uint64_t reserve_head_ = 0;  // end of the newest reservation (producer thread)
+  uint64_t reserved_sequence_ = 0;
+  std::unique_ptr<Shared> shared_;
 };
 
 class RingConsumer {

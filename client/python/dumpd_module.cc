@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/element_count.h"
 #include "base/result.h"
 #include "client/client.h"
+#include "client/device_api.h"
 #include "config/daemon_settings.h"
 #include "config/filter.h"
 
@@ -194,18 +196,149 @@ DType dtypeOfBuffer(const Py_buffer& v, const std::string& what) {
   return *t;
 }
 
+// A C-contiguous array in CUDA device memory, described by pointer (dumpd.DeviceArray, which
+// dumpd.torch builds from a torch tensor). The caller keeps the memory alive until the op's
+// stream has run past the dump (a caching allocator does).
+struct DeviceArray {
+  uint64_t ptr = 0;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+  int device = 0;
+};
+
+DType parseDtypeName(const std::string& name, const std::string& what) {
+  const std::optional<DType> t = dtypeFromName(name);
+  if (!t) throw py::value_error(what + ": unknown dtype \"" + name + "\"");
+  return *t;
+}
+
+// The CUDA runtime for arrays given by pointer, or the error that says why there is none.
+Result<std::shared_ptr<client::DeviceApi>> cuda() { return client::cudaDevice(); }
+
+// DType of a __cuda_array_interface__ typestr ("<f4", "|b1", "<i8", ...).
+std::optional<DType> dtypeOfTypestr(std::string_view ts) {
+  if (ts.size() < 3) return std::nullopt;
+  const char order = ts[0];
+  const char kind = ts[1];
+  const std::string_view width = ts.substr(2);
+  if (order == '>' && width != "1") return std::nullopt;
+  if (kind == 'b' && width == "1") return DType::kBool;
+  if (kind == 'i') {
+    if (width == "1") return DType::kInt8;
+    if (width == "2") return DType::kInt16;
+    if (width == "4") return DType::kInt32;
+    if (width == "8") return DType::kInt64;
+  }
+  if (kind == 'u') {
+    if (width == "1") return DType::kUInt8;
+    if (width == "2") return DType::kUInt16;
+    if (width == "4") return DType::kUInt32;
+    if (width == "8") return DType::kUInt64;
+  }
+  if (kind == 'f') {
+    if (width == "2") return DType::kFloat16;
+    if (width == "4") return DType::kFloat32;
+    if (width == "8") return DType::kFloat64;
+  }
+  if (kind == 'c') {
+    if (width == "8") return DType::kComplex64;
+    if (width == "16") return DType::kComplex128;
+  }
+  return std::nullopt;
+}
+
 // One tensor ready for Client::dumpOp: its buffer, logical shape, and descriptor.
 struct PreparedTensor {
   HeldBuffer buffer;
   std::vector<int64_t> shape;
   client::Tensor tensor;
+  py::object keep;  // the device array's owner, alive until the op is enqueued
+  // For __cuda_array_interface__ objects: the stream it names (0: none given).
+  uintptr_t cai_stream = 0;
 };
+
+// A device array's tensor. Raises DaemonError when CUDA cannot be used here.
+void prepareDevice(const DeviceArray& a, Io io, uint32_t slot, std::string_view format,
+                   const std::string& what, PreparedTensor& out) {
+  out.shape = a.shape;
+  const auto elements = elementCount(out.shape);
+  if (!elements) throw py::value_error(what + ": bad shape");
+  out.tensor.io = io;
+  out.tensor.slot = slot;
+  out.tensor.dtype = a.dtype;
+  out.tensor.shape = out.shape;
+  out.tensor.data = reinterpret_cast<const void*>(static_cast<uintptr_t>(a.ptr));
+  out.tensor.bytes = sourceBytes(a.dtype, *elements);
+  out.tensor.format = format;
+  out.tensor.memory = client::Memory::kCuda;
+  out.tensor.device = a.device;
+}
+
+// An object with __cuda_array_interface__ (cupy, numba, torch without grad, ...).
+void prepareCudaInterface(py::handle obj, std::optional<std::string> dtype_override, Io io,
+                          uint32_t slot, std::string_view format, const std::string& what,
+                          PreparedTensor& out) {
+  py::dict cai = obj.attr("__cuda_array_interface__");
+  DeviceArray a;
+  py::tuple data = cai["data"];
+  a.ptr = data[0].cast<uint64_t>();
+  for (py::handle d : py::tuple(cai["shape"])) a.shape.push_back(d.cast<int64_t>());
+  const std::string typestr = cai["typestr"].cast<std::string>();
+  const std::optional<DType> natural = dtypeOfTypestr(typestr);
+  if (!natural)
+    throw py::type_error(what + ": unsupported __cuda_array_interface__ typestr " + typestr);
+  a.dtype = *natural;
+  if (dtype_override) {
+    const DType want = parseDtypeName(*dtype_override, what);
+    if (want != DType::kBFloat16 || (a.dtype != DType::kInt16 && a.dtype != DType::kUInt16)) {
+      throw py::value_error(what +
+                            ": a device array only takes dtype=\"bfloat16\" (over int16 "
+                            "or uint16 bits)");
+    }
+    a.dtype = want;
+  }
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    // C-contiguous strides are allowed; anything else must be made contiguous first.
+    int64_t expect = static_cast<int64_t>(dtypeSize(*natural));
+    py::tuple strides = cai["strides"];
+    for (size_t i = a.shape.size(); i-- > 0;) {
+      if (a.shape[i] != 1 && strides[i].cast<int64_t>() != expect) {
+        throw py::value_error(what +
+                              ": a non-contiguous device array cannot be dumped; make it "
+                              "contiguous first (e.g. .contiguous() or cupy.ascontiguousarray)");
+      }
+      expect *= a.shape[i];
+    }
+  }
+  if (cai.contains("stream") && !cai["stream"].is_none()) {
+    out.cai_stream = cai["stream"].cast<uintptr_t>();
+  }
+  auto api = cuda();
+  if (!api) raiseError(api.error());
+  if (a.ptr != 0) {
+    auto dev = api.value()->pointerDevice(reinterpret_cast<const void*>(a.ptr));
+    if (!dev) throw py::value_error(what + ": " + dev.error().message);
+    a.device = dev.value();
+  }
+  prepareDevice(a, io, slot, format, what, out);
+  out.keep = py::reinterpret_borrow<py::object>(obj);
+}
 
 // Fills `out` from a Python array and an optional dtype override (see dump()'s docstring).
 void prepareTensor(py::handle array, const std::optional<std::string>& dtype_override, Io io,
                    uint32_t slot, std::string_view format, const std::string& what,
                    PreparedTensor& out) {
   if (array.is_none()) throw py::type_error(what + " is None");
+  if (py::isinstance<DeviceArray>(array)) {
+    if (dtype_override) throw py::value_error(what + ": a DeviceArray carries its own dtype");
+    prepareDevice(array.cast<const DeviceArray&>(), io, slot, format, what, out);
+    out.keep = py::reinterpret_borrow<py::object>(array);
+    return;
+  }
+  if (!PyObject_CheckBuffer(array.ptr()) && py::hasattr(array, "__cuda_array_interface__")) {
+    prepareCudaInterface(array, dtype_override, io, slot, format, what, out);
+    return;
+  }
   out.buffer.acquire(array, what);
   const Py_buffer& v = out.buffer.view();
   const DType natural = dtypeOfBuffer(v, what);
@@ -320,8 +453,18 @@ class PyClient {
                                           std::optional<int64_t> rank,
                                           std::optional<int64_t> device,
                                           std::optional<int64_t> ring_bytes,
-                                          std::optional<std::string> backpressure) {
+                                          std::optional<std::string> backpressure,
+                                          std::optional<int64_t> device_staging_bytes,
+                                          const std::string& cuda_fallback) {
     client::Options o;
+    if (cuda_fallback != "error" && cuda_fallback != "host") {
+      throw py::value_error("cuda_fallback must be \"error\" or \"host\", got \"" + cuda_fallback +
+                            "\"");
+    }
+    if (device_staging_bytes) {
+      if (*device_staging_bytes < 0) throw py::value_error("device_staging_bytes must be >= 0");
+      o.device_staging_bytes = static_cast<uint64_t>(*device_staging_bytes);
+    }
     if (!config.is_none()) {
       if (py::isinstance<py::dict>(config)) {
         o.config_text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
@@ -350,8 +493,12 @@ class PyClient {
       py::gil_scoped_release nogil;
       return client::Client::connect(std::move(o));
     }();
-    return std::unique_ptr<PyClient>(new PyClient(unwrap(std::move(c))));
+    auto self = std::unique_ptr<PyClient>(new PyClient(unwrap(std::move(c))));
+    self->cuda_fallback_ = cuda_fallback;
+    return self;
   }
+
+  const std::string& cudaFallback() const { return cuda_fallback_; }
 
   ~PyClient() {
     if (!client_) return;
@@ -388,7 +535,8 @@ class PyClient {
 
   bool dump(const std::string& op_type, const std::string& op_name, const std::string& io,
             int64_t slot, py::handle array, std::optional<std::string> dtype,
-            const std::string& format, int64_t task_id, int64_t stream_id, bool marked) {
+            const std::string& format, int64_t task_id, int64_t stream_id, bool marked,
+            std::optional<uintptr_t> stream) {
     const Io which = parseIo(io);
     const uint32_t s = toU32(slot, "slot");
     client::OpCall op;
@@ -406,11 +554,13 @@ class PyClient {
     PreparedTensor p;
     prepareTensor(array, dtype, which, s, format, "array", p);
     op.tensors = std::span(&p.tensor, 1);
+    op.stream = reinterpret_cast<client::StreamHandle>(stream.value_or(p.cai_stream));
     return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
   }
 
   bool dumpOp(const std::string& op_type, const std::string& op_name, py::iterable inputs,
-              py::iterable outputs, int64_t task_id, int64_t stream_id, bool marked) {
+              py::iterable outputs, int64_t task_id, int64_t stream_id, bool marked,
+              std::optional<uintptr_t> stream) {
     for (py::handle list : {inputs, outputs}) {
       // An array is iterable too: dump_op(..., outputs=y) would dump y's rows as slots.
       if (PyObject_CheckBuffer(list.ptr()) || py::hasattr(list, "__array__")) {
@@ -450,6 +600,14 @@ class PyClient {
     add(inputs, Io::kInput, want_in, "inputs");
     add(outputs, Io::kOutput, want_out, "outputs");
     op.tensors = tensors;
+    uintptr_t cai_stream = 0;
+    for (const PreparedTensor& p : prepared) {
+      if (p.cai_stream != 0) {
+        cai_stream = p.cai_stream;
+        break;
+      }
+    }
+    op.stream = reinterpret_cast<client::StreamHandle>(stream.value_or(cai_stream));
     return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
   }
 
@@ -514,6 +672,11 @@ class PyClient {
     d["iteration"] = s.iteration;
     d["graph_id"] = s.graph_id;
     d["session_id"] = s.session_id;
+    d["device_records"] = s.device_records;
+    d["device_records_staged"] = s.device_records_staged;
+    d["device_staging_waits"] = s.device_staging_waits;
+    d["device_records_failed"] = s.device_records_failed;
+    d["device_in_flight"] = s.device_in_flight;
     d["closed"] = closed_;
     return d;
   }
@@ -587,6 +750,7 @@ class PyClient {
   }
 
   std::mutex mu_;
+  std::string cuda_fallback_ = "error";
   bool closed_ = false;  // guarded by mu_
   std::unique_ptr<client::Client> client_;
 };
@@ -603,7 +767,8 @@ py::handle makeException(py::module_& m, const char* name, py::tuple bases, cons
 constexpr const char* kClientDoc =
     R"doc(A connection to the node's dumpd daemon for one training process (one rank).
 
-Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None)
+Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None,
+       *, device_staging_bytes=None, cuda_fallback="error")
 
   config        path of the job's data_dump.json (str or os.PathLike), or a dict holding the
                 job config itself; default $MINDSPORE_DUMP_CONFIG.
@@ -614,6 +779,15 @@ Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpr
                 tensors) must fit in it.
   backpressure  "block" (wait for ring space; nothing is lost) or "drop" (skip and count the
                 tensor); default: the daemon's setting.
+  device_staging_bytes
+                CUDA tensors: device memory per GPU for snapshots in flight; default 1 GiB.
+                0 copies device-to-host on the producer's stream directly.
+  cuda_fallback "error" (default): a CUDA tensor where CUDA cannot be used raises DaemonError;
+                "host": dumpd.torch copies it with tensor.cpu() instead (one warning).
+
+CUDA tensors (dumpd.DeviceArray, or objects with __cuda_array_interface__) cost the caller a
+device copy on the op's stream and no host synchronisation: the bytes reach the ring on a
+copy stream of dumpd's; flush() waits for them.
 
 The job config is validated first (ConfigError with the validator's message); then the
 ring is created and the daemon contacted (DaemonError when none answers).
@@ -630,6 +804,21 @@ Example:
             y = x @ w
             c.dump_op("MatMul", "Default/MatMul-op0", inputs=[x, w], outputs=[y])
         print(c.flush())
+)doc";
+
+constexpr const char* kDeviceArrayDoc =
+    R"doc(A C-contiguous array in CUDA device memory, for dump()/dump_op().
+
+DeviceArray(ptr, shape, dtype, device)
+
+  ptr     device address (e.g. torch's tensor.data_ptr())
+  shape   the dimensions
+  dtype   a dumpd dtype name ("float32", "bfloat16", ...)
+  device  the CUDA device ordinal
+
+The dump snapshots the bytes on the op's stream (dump_op(..., stream=...)), so work enqueued
+after it on that stream may overwrite or free the memory at once. dumpd.torch builds these
+from torch tensors; objects with __cuda_array_interface__ (cupy, numba) are accepted directly.
 )doc";
 
 constexpr const char* kDumpDoc =
@@ -651,6 +840,8 @@ the drop policy skipped it because the ring was full.
                       dimension is twice the packed one (written as int8);
               "uint1": uint8 array of 0/1 values (written as uint8).
   format    the producer's format string (kept in the file name when trans_flag is false).
+  stream    CUDA device arrays: the cudaStream_t (int) that produced them; default the
+            array's __cuda_array_interface__ stream, else the default stream.
 
 Raises ValueError/TypeError for bad arguments, DaemonError when the session is gone.
 )doc";
@@ -685,11 +876,42 @@ PYBIND11_MODULE(_dumpd, m) {
       "The daemon did not finish in time (flush timeout, or the block policy's wait for ring "
       "space timed out).");
 
+  py::class_<DeviceArray>(m, "DeviceArray", kDeviceArrayDoc)
+      .def(py::init(
+               [](uint64_t ptr, std::vector<int64_t> shape, const std::string& dtype, int device) {
+                 DeviceArray a;
+                 a.ptr = ptr;
+                 a.shape = std::move(shape);
+                 a.dtype = parseDtypeName(dtype, "DeviceArray");
+                 a.device = device;
+                 for (int64_t d : a.shape) {
+                   if (d < 0) throw py::value_error("DeviceArray: negative dimension");
+                 }
+                 if (device < 0) throw py::value_error("DeviceArray: negative device");
+                 return a;
+               }),
+           py::arg("ptr"), py::arg("shape"), py::arg("dtype"), py::arg("device"))
+      .def_readonly("ptr", &DeviceArray::ptr)
+      .def_readonly("shape", &DeviceArray::shape)
+      .def_readonly("device", &DeviceArray::device)
+      .def_property_readonly("dtype",
+                             [](const DeviceArray& a) { return std::string(dtypeName(a.dtype)); });
+  m.def(
+      "cuda_unavailable_reason",
+      []() -> std::optional<std::string> {
+        auto c = dumpd::client::cudaDevice();
+        if (c) return std::nullopt;
+        return c.error().message;
+      },
+      "None when CUDA tensors can be dumped in this process, else why not (built without "
+      "CUDA, no driver, no device).");
+
   py::class_<PyClient>(m, "Client", kClientDoc)
       .def(py::init(&PyClient::create), py::arg("config") = py::none(),
            py::arg("socket") = py::none(), py::arg("rank") = py::none(),
            py::arg("device") = py::none(), py::arg("ring_bytes") = py::none(),
-           py::arg("backpressure") = py::none())
+           py::arg("backpressure") = py::none(), py::kw_only(),
+           py::arg("device_staging_bytes") = py::none(), py::arg("cuda_fallback") = "error")
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")
@@ -701,10 +923,11 @@ PYBIND11_MODULE(_dumpd, m) {
       .def("dump", &PyClient::dump, kDumpDoc, py::arg("op_type"), py::arg("op_name"), py::arg("io"),
            py::arg("slot"), py::arg("array"), py::kw_only(), py::arg("dtype") = py::none(),
            py::arg("format") = "DefaultFormat", py::arg("task_id") = 0, py::arg("stream_id") = 0,
-           py::arg("marked") = false)
+           py::arg("marked") = false, py::arg("stream") = py::none())
       .def("dump_op", &PyClient::dumpOp, kDumpOpDoc, py::arg("op_type"), py::arg("op_name"),
            py::arg("inputs") = py::tuple(), py::arg("outputs") = py::tuple(), py::kw_only(),
-           py::arg("task_id") = 0, py::arg("stream_id") = 0, py::arg("marked") = false)
+           py::arg("task_id") = 0, py::arg("stream_id") = 0, py::arg("marked") = false,
+           py::arg("stream") = py::none())
       .def("dump_constant", &PyClient::dumpConstant, py::arg("data_id"), py::arg("array"),
            py::arg("graph_id") = 0, py::kw_only(), py::arg("dtype") = py::none(),
            "Dumps a constant/parameter as {net}/{graph_id}/constants/"
@@ -759,6 +982,8 @@ PYBIND11_MODULE(_dumpd, m) {
       .def_property_readonly("device", &PyClient::device)
       .def_property_readonly("path", &PyClient::path, "The dump root (the config's path).")
       .def_property_readonly("net_name", &PyClient::netName)
+      .def_property_readonly("cuda_fallback", &PyClient::cudaFallback,
+                             "\"error\" or \"host\" (see dumpd.torch)")
       .def("__repr__", [](PyClient& self) {
         return "<dumpd.Client rank=" + std::to_string(self.rank()) +
                " device=" + std::to_string(self.device()) + " path='" + self.path() + "' net='" +

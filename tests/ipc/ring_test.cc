@@ -45,7 +45,7 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RingControl, dropped_tensors), 328u);
   EXPECT_EQ(offsetof(RingControl, closing), 384u);
   EXPECT_EQ(offsetof(RingControl, producer_busy), 448u);
-  EXPECT_EQ(kRingVersion, 2u);
+  EXPECT_EQ(kRingVersion, 3u);
   EXPECT_EQ(offsetof(RecordHeader, length), 16u);
   EXPECT_EQ(offsetof(RecordHeader, sequence), 24u);
   EXPECT_EQ(offsetof(TensorDesc, data_offset), 16u);

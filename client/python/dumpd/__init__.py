@@ -24,10 +24,12 @@ TypeError or ValueError.
 from dumpd._dumpd import (  # noqa: F401  (re-exported API)
     Client,
     ConfigError,
+    DeviceArray,
     DaemonError,
     DaemonTimeout,
     DumpdError,
     __version__,
+    cuda_unavailable_reason,
 )
 
 #: The dtype names that appear in dump file names. "bfloat16", "int4" and "uint1" are raw
@@ -43,6 +45,8 @@ __all__ = [
     "DaemonError",
     "DaemonTimeout",
     "DumpdError",
+    "DeviceArray",
     "DTYPES",
+    "cuda_unavailable_reason",
     "__version__",
 ]

@@ -30,9 +30,13 @@ arriving at the module's outputs and whose outputs are the gradients of its inpu
 
 Cost: when the filter rejects an op (iteration, device, kernel or input_output), its
 tensors are not touched. CPU tensors are copied once, straight into shared memory
-(``tensor.detach().numpy()`` shares memory; bfloat16 goes as its raw bits). CUDA (and other
-device) tensors are first copied to host memory with ``tensor.cpu()``, which synchronises
-with the device; a direct device-to-ring path is planned. Non-tensor inputs and outputs
+(``tensor.detach().numpy()`` shares memory; bfloat16 goes as its raw bits). CUDA tensors
+cost the step one device-to-device snapshot on the current stream and no host
+synchronisation: dumpd's own copy stream moves them into the (pinned) ring, and
+``client.flush()`` waits for those copies. Where CUDA cannot be used (a build without it, no
+driver), a CUDA tensor raises DaemonError unless the client was made with
+``cuda_fallback="host"``, which copies with ``tensor.cpu()`` (synchronous) after one warning.
+Other device types are copied with ``tensor.cpu()``. Non-tensor inputs and outputs
 are skipped (their slot numbers stay reserved); nested tuple/list/dict outputs are
 flattened in order, one slot per leaf. Sparse and quantized tensors, and dtypes numpy
 cannot represent (complex32, float8, ...), are skipped.
@@ -84,45 +88,96 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
-def _to_item(value: Any) -> Any:
-    """One dump_op item for `value`: an array, an (array, dtype) pair, or None (skipped)."""
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return None
-    if value.is_quantized or value.device.type == "meta":
-        return None
-    t = value.detach()
-    if t.dtype not in _NUMPY_DTYPES and t.dtype != torch.bfloat16:
-        return None
-    if t.device.type != "cpu":
-        # Planned: copy device memory straight into the ring. Today: one host copy.
-        t = t.cpu()
-    if t.is_conj():
-        t = t.resolve_conj()
-    if t.is_neg():
-        t = t.resolve_neg()
-    if t.dtype == torch.bfloat16:
-        # Same element size, so this is a view (no copy) of the raw bfloat16 bits.
-        return (t.view(torch.int16).numpy(), "bfloat16")
-    # Shares memory; a non-contiguous view is made contiguous by the client (one copy).
-    return t.numpy()
+# dumpd dtype names of the tensor dtypes a CUDA tensor can be dumped as (bytes as they are).
+_DEVICE_DTYPES = {
+    torch.bool: "bool",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _DEVICE_DTYPES[getattr(torch, _name)] = _name
 
 
-def _flatten(value: Any, out: List[Any]) -> None:
-    """Appends the dump items of `value` (tensor, or nested tuple/list/dict of them)."""
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            _flatten(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _flatten(v, out)
-    else:
-        out.append(_to_item(value))
+class _Items:
+    """Builds one op's dump items. CUDA tensors become dumpd.DeviceArray (no host copy);
+    temporaries made for them (contiguous copies) stay referenced in `keep` until the op is
+    enqueued, so the allocator cannot hand their memory to another tensor of the same op."""
 
+    __slots__ = ("session", "keep", "cuda_device")
 
-def _items(value: Any) -> List[Any]:
-    out: List[Any] = []
-    _flatten(value, out)
-    return out
+    def __init__(self, session: "_Session") -> None:
+        self.session = session
+        self.keep: List[Any] = []
+        self.cuda_device: int | None = None
+
+    def item(self, value: Any) -> Any:
+        """One dump_op item for `value`: an array, an (array, dtype) pair, or None."""
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            return None
+        if value.is_quantized or value.device.type == "meta":
+            return None
+        t = value.detach()
+        if (t.device.type == "cuda" and t.dtype in _DEVICE_DTYPES and
+                self.session.cuda_on_device()):
+            return self.device_item(t)
+        if t.dtype not in _NUMPY_DTYPES and t.dtype != torch.bfloat16:
+            return None
+        if t.device.type != "cpu":
+            t = t.cpu()  # synchronous host copy (non-CUDA devices, cuda_fallback="host")
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        if t.dtype == torch.bfloat16:
+            # Same element size, so this is a view (no copy) of the raw bfloat16 bits.
+            return (t.view(torch.int16).numpy(), "bfloat16")
+        # Shares memory; a non-contiguous view is made contiguous by the client (one copy).
+        return t.numpy()
+
+    def device_item(self, t: torch.Tensor) -> Any:
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        if not t.is_contiguous():
+            t = t.contiguous()  # on the current stream, like the snapshot after it
+            self.keep.append(t)
+        device = t.device.index
+        if self.cuda_device is None:
+            self.cuda_device = device
+        return dumpd.DeviceArray(t.data_ptr(), t.shape, _DEVICE_DTYPES[t.dtype], device)
+
+    def flatten(self, value: Any, out: List[Any]) -> None:
+        """Appends the dump items of `value` (tensor, or nested tuple/list/dict of them)."""
+        if isinstance(value, (tuple, list)):
+            for v in value:
+                self.flatten(v, out)
+        elif isinstance(value, dict):
+            for v in value.values():
+                self.flatten(v, out)
+        else:
+            out.append(self.item(value))
+
+    def of(self, value: Any) -> List[Any]:
+        out: List[Any] = []
+        self.flatten(value, out)
+        return out
+
+    def stream(self) -> int | None:
+        """The current stream of the op's CUDA device: the snapshot is enqueued on it."""
+        if self.cuda_device is None:
+            return None
+        return torch.cuda.current_stream(self.cuda_device).cuda_stream
 
 
 def op_names(model: torch.nn.Module, prefix: str = "Default") -> Dict[str, Tuple[str, str]]:
@@ -166,12 +221,30 @@ def _warn(error: dumpd.DaemonError, what: str) -> None:
 class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
-    __slots__ = ("client", "errors", "error")
+    __slots__ = ("client", "errors", "error", "cuda_mode")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
         self.errors = errors
         self.error: dumpd.DaemonError | None = None
+        self.cuda_mode: str | None = None  # "device" or "host", decided at the first one
+
+    def cuda_on_device(self) -> bool:
+        """True when CUDA tensors go device-to-ring; False for the host fallback. Raises
+        DaemonError when CUDA cannot be used and the client did not ask for the fallback."""
+        if self.cuda_mode is None:
+            reason = dumpd.cuda_unavailable_reason()
+            if reason is None:
+                self.cuda_mode = "device"
+            elif self.client.cuda_fallback == "host":
+                warnings.warn(f"dumpd: {reason}; CUDA tensors are copied with tensor.cpu() "
+                              "(cuda_fallback=\"host\"), which synchronises with the device",
+                              RuntimeWarning, stacklevel=4)
+                self.cuda_mode = "host"
+            else:
+                raise dumpd.DaemonError(f"{reason}. Pass cuda_fallback=\"host\" to dumpd.Client "
+                                        "to copy CUDA tensors through host memory instead")
+        return self.cuda_mode == "device"
 
     def dump(self, op_type: str, name: str, inputs: Any, outputs: Any, want_in: bool,
              want_out: bool) -> None:
@@ -183,8 +256,10 @@ class _Session:
             want_in = want_in and client.should_dump(name, "input")
             want_out = want_out and client.should_dump(name, "output")
             if want_in or want_out:
-                client.dump_op(op_type, name, inputs=_items(inputs) if want_in else (),
-                               outputs=_items(outputs) if want_out else ())
+                items = _Items(self)
+                ins = items.of(inputs) if want_in else ()
+                outs = items.of(outputs) if want_out else ()
+                client.dump_op(op_type, name, inputs=ins, outputs=outs, stream=items.stream())
         except dumpd.DaemonError as e:
             if self.errors == "raise":
                 raise

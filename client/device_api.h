@@ -1,0 +1,66 @@
+// The few accelerator operations the client's device pipeline needs, behind an interface so
+// the ordering logic runs in CI against a fake device (tests/client/fake_device.h) and on a
+// GPU against CUDA (client/cuda_device.cc). Handles are opaque pointers; a stream handle is
+// the producer's own (cudaStream_t for CUDA, including the special values 0x1 legacy and
+// 0x2 per-thread default stream).
+//
+// Threading: every call may come from the producer thread, except waitEvent, which the
+// completion thread calls. Implementations must allow that pair concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/result.h"
+
+namespace dumpd::client {
+
+using StreamHandle = void*;
+using EventHandle = void*;
+
+class DeviceApi {
+ public:
+  virtual ~DeviceApi() = default;
+
+  // "cuda", "fake", ... (for messages).
+  virtual std::string name() const = 0;
+  // Number of usable devices; an error naming why none can be used (no driver, ...).
+  virtual Result<int> deviceCount() = 0;
+
+  // Runs the following calls of this thread against `device`; returns the previous one so
+  // the caller can restore it (the producer's framework keeps its own current device).
+  virtual Result<int> setDevice(int device) = 0;
+
+  virtual Result<void*> allocate(size_t bytes) = 0;  // device memory on the current device
+  virtual void free(void* device_ptr) = 0;
+  // Pins host memory for DMA (the shared-memory ring), once per session.
+  virtual Status registerHost(void* host, size_t bytes) = 0;
+  virtual void unregisterHost(void* host) = 0;
+
+  // A stream of our own on the current device that does not synchronise with the legacy
+  // default stream.
+  virtual Result<StreamHandle> createStream() = 0;
+  virtual void destroyStream(StreamHandle s) = 0;
+  // `blocking_sync`: waitEvent sleeps instead of spinning.
+  virtual Result<EventHandle> createEvent(bool blocking_sync) = 0;
+  virtual void destroyEvent(EventHandle e) = 0;
+
+  // Enqueues an asynchronous copy of `bytes` on `stream` (device or pinned host memory on
+  // either side).
+  virtual Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
+  virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;
+  // `stream` waits, on the device, for the work captured by `e` (the host does not block).
+  virtual Status streamWaitEvent(StreamHandle stream, EventHandle e) = 0;
+  // Blocks the calling thread until `e` completed (the completion thread only).
+  virtual Status waitEvent(EventHandle e) = 0;
+  // The device ordinal that owns `p` (for arrays that only give a pointer).
+  virtual Result<int> pointerDevice(const void* p) = 0;
+};
+
+// The CUDA implementation, or an error saying why it is unavailable (built without CUDA;
+// no driver or device at run time). Created once per process and shared.
+Result<std::shared_ptr<DeviceApi>> cudaDevice();
+
+}  // namespace dumpd::client

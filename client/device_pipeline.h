@@ -1,0 +1,114 @@
+// Moves device tensors into the shared-memory ring without a host synchronisation.
+//
+// For each record the client reserved in the ring, submit() enqueues, on the producer's own
+// stream, a device-to-device snapshot of its tensors into a bounded staging area (so later
+// kernels, in-place ones and the allocator's reuse of freed blocks included, are ordered
+// after it), then, on a copy stream of ours ordered after the snapshot by an event, the
+// device-to-host copies into the pinned ring. A completion thread waits for each record's
+// copies, oldest first, and commits it; the ring publishes records in reservation order.
+// When staging is full, the producer's stream (not the host) waits for the oldest copy.
+// Records larger than the staging area, and every record when staging_bytes is 0, are
+// copied device-to-host on the producer's stream directly.
+//
+// Threading: submit() and the other calls belong to the client's producer thread; the
+// completion thread is internal. See docs/architecture.md ("Device tensors").
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/result.h"
+#include "client/device_api.h"
+#include "ipc/shm_ring.h"
+
+namespace dumpd::client {
+
+struct DeviceCopy {
+  std::byte* ring_dst;     // payload slot in the reserved record
+  const void* device_src;  // the tensor's bytes on the device
+  uint64_t bytes;
+};
+
+struct PipelineCounters {
+  uint64_t records = 0;         // records submitted
+  uint64_t staged_records = 0;  // of which snapshotted into staging
+  uint64_t direct_records = 0;  // of which copied device-to-host on the producer stream
+  uint64_t staging_waits = 0;   // times a producer stream had to wait for staging space
+  uint64_t failed_records = 0;  // voided because a device operation failed
+};
+
+class DevicePipeline {
+ public:
+  DevicePipeline(std::shared_ptr<DeviceApi> api, ipc::RingProducer& ring, uint64_t staging_bytes);
+  // Waits (bounded) for copies in flight, then frees staging and unpins the ring.
+  ~DevicePipeline();
+  DevicePipeline(const DevicePipeline&) = delete;
+  DevicePipeline& operator=(const DevicePipeline&) = delete;
+
+  // Enqueues the copies of reserved record `sequence` (holding `tensors` tensors), whose
+  // device tensors all live on `device` and were produced on `stream`. Returns once they are
+  // enqueued. On error nothing of the record will be written: the caller voids it.
+  Status submit(uint64_t sequence, int device, StreamHandle stream,
+                std::span<const DeviceCopy> copies, uint32_t tensors);
+  // Blocks until every submitted record is committed to the ring (timeout_ms -1: no limit).
+  Status drain(int timeout_ms);
+  size_t inFlight() const;
+  PipelineCounters counters() const;
+  // The first device error seen (empty when none); later submits fail with it.
+  std::string error() const;
+
+ private:
+  struct DeviceState;
+  struct Entry {
+    uint64_t sequence = 0;
+    DeviceState* dev = nullptr;
+    EventHandle done = nullptr;
+    uint64_t staging_end = 0;  // staging position after this record's region
+    uint32_t tensors = 0;
+    bool completed = false;
+    bool reclaimed = true;  // its staging region is free (true when it has none)
+    bool failed = false;
+  };
+
+  Result<DeviceState*> stateFor(int device);
+  Status pinRing();
+  Result<EventHandle> takeEvent();
+  // Reserves `bytes` of `dev`'s staging for a record; returns the offset. Makes `stream`
+  // wait for the copies that still read the space it takes over.
+  Result<uint64_t> allocateStaging(DeviceState& dev, uint64_t bytes, StreamHandle stream,
+                                   uint64_t& end);
+  Status enqueueStaged(DeviceState& dev, StreamHandle stream, std::span<const DeviceCopy> copies,
+                       EventHandle done, uint64_t& staging_end);
+  void completionLoop();
+  Entry& entryLocked(uint64_t id) { return entries_[id - front_id_]; }
+  void popFinishedLocked();
+  void noteErrorLocked(const std::string& message);
+
+  std::shared_ptr<DeviceApi> api_;
+  ipc::RingProducer& ring_;
+  const uint64_t staging_bytes_;
+  bool ring_pinned_ = false;
+  std::map<int, std::unique_ptr<DeviceState>> devices_;  // producer thread
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // completion thread: new entry or stop
+  std::condition_variable done_cv_;  // drain(): an entry completed
+  std::deque<Entry> entries_;        // guarded by mu_: submitted, oldest first
+  uint64_t front_id_ = 0;            // id of entries_.front()
+  uint64_t next_complete_ = 0;       // id of the oldest entry not yet completed
+  std::vector<EventHandle> free_events_;
+  PipelineCounters counters_;
+  std::string error_;
+  bool stop_ = false;
+  std::thread completion_;
+};
+
+}  // namespace dumpd::client
