@@ -350,6 +350,13 @@ uint32_t Client::rank() const { return impl_->rank; }
 uint32_t Client::device() const { return impl_->device; }
 bool Client::stepSelected() const { return impl_->step_selected; }
 
+Status Client::prepareDevice(int device) {
+  Impl& m = *impl_;
+  if (m.closed || !m.fatal.empty()) return m.dead();
+  if (Status s = m.ensurePipeline(); !s) return s;
+  return m.pipeline->prepare(device);
+}
+
 Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   Impl& m = *impl_;
   // Once per step: notice a daemon that ended the session (one non-blocking poll).

@@ -134,6 +134,10 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // Sets up CUDA device `device` for dumps now (pins the ring, allocates device staging,
+  // creates the copy stream) instead of at its first CUDA tensor, which would pay for it.
+  Status prepareDevice(int device);
+
   // Marks the current iteration and graph. Moving to a new step completes the previous one
   // (the daemon writes its manifest line). Default step: initial_iteration, graph 0.
   Status setStep(uint32_t iteration, uint32_t graph_id = 0);

@@ -185,6 +185,14 @@ Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
   return api_->recordEvent(done, dev.copy_stream);
 }
 
+Status DevicePipeline::prepare(int device) {
+  DeviceGuard guard(*api_, device);
+  if (!guard.status()) return guard.status();
+  auto st = stateFor(device);
+  if (!st) return st.error();
+  return {};
+}
+
 Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream,
                               std::span<const DeviceCopy> copies, uint32_t tensors) {
   // Nothing enqueued yet: the record is voided at once (published in its turn).

@@ -58,6 +58,9 @@ class DevicePipeline {
   // enqueued. On error nothing of the record will be written: the caller voids it.
   Status submit(uint64_t sequence, int device, StreamHandle stream,
                 std::span<const DeviceCopy> copies, uint32_t tensors);
+  // Pins the ring and sets up `device` (copy stream, staging) now instead of at its first
+  // record: both take long (pinning a large ring: hundreds of ms).
+  Status prepare(int device);
   // Blocks until every submitted record is committed to the ring (timeout_ms -1: no limit).
   Status drain(int timeout_ms);
   size_t inFlight() const;

@@ -315,6 +315,14 @@ void prepareCudaInterface(py::handle obj, std::optional<std::string> dtype_overr
   }
   auto api = cuda();
   if (!api) raiseError(api.error());
+  if (out.cai_stream == 0 && py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_cuda")) {
+    // A torch tensor names no stream in its interface: its producer is torch's current
+    // stream, which may be a side stream.
+    py::object torch_cuda = py::module_::import("torch.cuda");
+    py::object device = obj.attr("device");
+    out.cai_stream =
+        torch_cuda.attr("current_stream")(device).attr("cuda_stream").cast<uintptr_t>();
+  }
   if (a.ptr != 0) {
     auto dev = api.value()->pointerDevice(reinterpret_cast<const void*>(a.ptr));
     if (!dev) throw py::value_error(what + ": " + dev.error().message);
@@ -522,6 +530,11 @@ class PyClient {
     const uint32_t it = toU32(iteration, "iteration");
     const uint32_t g = toU32(graph_id, "graph_id");
     unwrap(locked([&](client::Client& c) { return c.setStep(it, g); }));
+  }
+
+  void prepareCuda(int64_t device) {
+    if (device < 0 || device > 1024) throw py::value_error("device must be a CUDA ordinal");
+    unwrap(locked([&](client::Client& c) { return c.prepareDevice(static_cast<int>(device)); }));
   }
 
   bool shouldDump(const std::string& op_name, const std::string& io, bool marked) {
@@ -915,6 +928,12 @@ PYBIND11_MODULE(_dumpd, m) {
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")
+      .def("prepare_cuda", &PyClient::prepareCuda, py::arg("device") = 0,
+           "Sets up CUDA device `device` for dumps now: pins the ring, allocates "
+           "device_staging_bytes of staging, creates the copy stream. Otherwise the first "
+           "CUDA tensor pays for it (pinning a large ring takes hundreds of ms). "
+           "dumpd.torch.attach calls it for a model on CUDA. DaemonError when CUDA cannot "
+           "be used here.")
       .def("should_dump", &PyClient::shouldDump, py::arg("op_name"), py::arg("io") = "output",
            py::kw_only(), py::arg("marked") = false,
            "True when a tensor of op `op_name` on side `io` (\"input\"/\"output\") would be "

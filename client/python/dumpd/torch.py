@@ -369,6 +369,12 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
         raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
     _check_errors(errors)
     session = _Session(client, errors)
+    # A model on CUDA: pin the ring and set up staging now, not inside the first dumped step.
+    devices = {t.device.index for t in list(model.parameters()) + list(model.buffers())
+               if t.is_cuda}
+    if devices and dumpd.cuda_unavailable_reason() is None:
+        for index in sorted(devices):
+            client.prepare_cuda(index)
     modules = dict(model.named_modules())
     hooks: List[Any] = []
     names: Dict[str, str] = {}

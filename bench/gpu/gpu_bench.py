@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""bench/gpu: what dumping costs a GPU training step (needs a CUDA GPU, torch and a dumpd
+binary). Every ratio is against references measured in the same run:
+
+  undumped      the same step with no hooks
+  sync_cpu      hooks doing tensor.cpu() + np.save (what in-process tools do)
+  snapshot      undumped + dumped bytes / measured device-to-device copy bandwidth
+                (the device-side floor of a snapshot)
+  d2h           dumped bytes / measured pinned device-to-host bandwidth
+
+A step is timed as a training loop experiences it: from the producer's stream being idle to
+its being done again (torch.cuda.current_stream().synchronize(), what loss.item() waits for),
+not a device-wide synchronize, which would also wait for dumpd's own copy stream.
+
+Usage: DUMPD_BIN=.../dumpd python3 gpu_bench.py [--out results.json] [--workloads gpt,resnet]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dumpd
+import dumpd.torch
+
+GiB = 1 << 30
+
+
+# ----------------------------------------------------------------------------- workloads
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, d=1024, layers=12, heads=16, vocab=8192, seq=1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, mid, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(mid)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv3 = nn.Conv2d(mid, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU()
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return self.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for mid, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, mid, mid * 4, stride if i == 0 else 1))
+                cin = mid * 4
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+def make_workload(name):
+    torch.manual_seed(0)
+    if name == "gpt":
+        model = GPT().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        x = torch.randint(0, 8192, (8, 1024), device="cuda")
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), x.view(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return model, step, "GPT-like d=1024 L=12 batch 8 seq 1024 bf16 autocast"
+    model = ResNet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(32, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (32,), device="cuda")
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model, step, "ResNet-50 batch 32 fp32 224x224"
+
+
+# ----------------------------------------------------------------------------- timing
+
+def timed(step):
+    s = torch.cuda.current_stream()
+    s.synchronize()
+    t0 = time.perf_counter()
+    step()
+    s.synchronize()
+    return time.perf_counter() - t0
+
+
+def bandwidths():
+    n = 1 * GiB
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    h = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    for _ in range(2):
+        b.copy_(a)
+        h.copy_(a, non_blocking=True)
+    torch.cuda.synchronize()
+    t = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        b.copy_(a)
+        torch.cuda.synchronize()
+        t.append(time.perf_counter() - t0)
+    d2d = n / min(t)  # bytes copied per second (each read once and written once)
+    t = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        h.copy_(a, non_blocking=True)
+        torch.cuda.synchronize()
+        t.append(time.perf_counter() - t0)
+    d2h = n / min(t)
+    del a, b, h
+    torch.cuda.empty_cache()
+    return d2d, d2h
+
+
+# ----------------------------------------------------------------------------- daemon
+
+class Daemon:
+    def __init__(self, binary, root):
+        self.dir = Path(tempfile.mkdtemp(prefix="dgb", dir="/tmp"))
+        self.socket = str(self.dir / "d.sock")
+        conf = {"min_free_bytes": 0, "writer_threads": 12, "write_queue_bytes": 4 * GiB,
+                "max_ring_bytes": 16 * GiB, "log_level": "warn"}
+        (self.dir / "d.json").write_text(json.dumps(conf))
+        self.log = open(self.dir / "d.log", "wb")
+        self.proc = subprocess.Popen([binary, "--socket", self.socket, "--config",
+                                      str(self.dir / "d.json")], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while not os.path.exists(self.socket):
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError((self.dir / "d.log").read_text())
+            time.sleep(0.05)
+        self.root = root
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=300)
+
+
+def job_config(root, saved_data, iteration):
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    path = root.parent / f"{root.name}.json"
+    path.write_text(json.dumps({
+        "common_dump_settings": {"dump_mode": 0, "path": str(root), "net_name": "Net",
+                                 "iteration": iteration, "saved_data": saved_data,
+                                 "input_output": 0, "kernels": [],
+                                 "support_device": [0, 1, 2, 3, 4, 5, 6, 7]},
+        "e2e_dump_settings": {"enable": True, "trans_flag": True}}))
+    return path
+
+
+def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring, staging):
+    """Times `steps` steps with dumpd hooks; returns (step times, bytes per dumped step)."""
+    cfg = job_config(root, saved_data, iteration)
+    times, dumped = [], []
+    with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=ring,
+                      device_staging_bytes=staging) as c:
+        h = dumpd.torch.attach(model, c)
+        for i in range(steps):
+            before = c.stats()["bytes_committed"]
+            c.set_step(i)
+            times.append(timed(step))
+            dumped.append(c.stats()["bytes_committed"] - before)
+        h.remove()
+        t0 = time.perf_counter()
+        counts = c.flush()
+        drain = time.perf_counter() - t0
+    shutil.rmtree(root, ignore_errors=True)
+    assert counts["tensors_failed"] == 0, counts
+    return times, dumped, drain, counts
+
+
+def sync_cpu_run(model, step, root):
+    """One step with in-process synchronous hooks: tensor.cpu() + np.save per tensor."""
+    root.mkdir(parents=True, exist_ok=True)
+    n = [0]
+
+    def save(t):
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            a = t.detach().float().cpu().numpy() if t.dtype == torch.bfloat16 else \
+                t.detach().cpu().numpy()
+            np.save(root / f"{n[0]}.npy", a)
+            n[0] += 1
+
+    def hook(mod, args, out):
+        for a in args:
+            save(a)
+        for o in (out if isinstance(out, (tuple, list)) else (out,)):
+            save(o)
+    hooks = [m.register_forward_hook(hook) for m in model.modules()
+             if next(m.children(), None) is None]
+    t = timed(step)
+    for hk in hooks:
+        hk.remove()
+    shutil.rmtree(root, ignore_errors=True)
+    return t
+
+
+def bench(name, daemon, d2d, d2h, root, steps):
+    model, step, title = make_workload(name)
+    for _ in range(5):
+        timed(step)
+    undumped = statistics.median(timed(step) for _ in range(15))
+    out = {"workload": title, "undumped_s": undumped}
+    print(f"[{name}] undumped {undumped*1e3:.1f} ms", flush=True)
+
+    # One selected iteration in full (iteration 3 of 0..7): staging and ring hold a step.
+    times, dumped, drain, counts = dumped_run(
+        daemon, model, step, root, saved_data="tensor", iteration="3", steps=8, ring=8 * GiB,
+        staging=10 * GiB)
+    b = dumped[3]
+    out["one_iteration"] = {"step_s": times[3], "bytes": b, "drain_after_s": drain,
+                            "next_steps_s": times[4:], "ratio": times[3] / undumped,
+                            "tensors_written": counts["tensors_written"]}
+    snapshot_floor = undumped + b / d2d
+    out["one_iteration"]["snapshot_floor_ratio"] = snapshot_floor / undumped
+    print(f"[{name}] one iteration: {times[3]*1e3:.1f} ms ({times[3]/undumped:.2f}x), "
+          f"{b/1e9:.2f} GB, snapshot floor {snapshot_floor/undumped:.2f}x", flush=True)
+
+    # Every iteration, statistics only (no device statistics yet: bytes still cross).
+    times, dumped, drain, _ = dumped_run(
+        daemon, model, step, root, saved_data="statistic", iteration="all", steps=steps,
+        ring=8 * GiB, staging=GiB)
+    med = statistics.median(times[2:])
+    out["statistics_every_iteration"] = {"step_s": med, "ratio": med / undumped,
+                                         "bytes_per_step": dumped[-1]}
+    print(f"[{name}] statistics every iteration: {med*1e3:.1f} ms ({med/undumped:.2f}x)",
+          flush=True)
+
+    # Every iteration in full: against the device-to-host floor of the bytes.
+    times, dumped, drain, _ = dumped_run(
+        daemon, model, step, root, saved_data="tensor", iteration="all", steps=steps,
+        ring=8 * GiB, staging=GiB)
+    med = statistics.median(times[2:])
+    floor = dumped[-1] / d2h
+    out["every_iteration"] = {"step_s": med, "d2h_floor_s": floor, "ratio_to_d2h": med / floor,
+                              "ratio": med / undumped, "bytes_per_step": dumped[-1]}
+    print(f"[{name}] every iteration: {med*1e3:.1f} ms = {med/floor:.2f}x the D2H floor "
+          f"({floor*1e3:.1f} ms)", flush=True)
+
+    t = sync_cpu_run(model, step, root)
+    out["sync_cpu_np_save"] = {"step_s": t, "ratio": t / undumped}
+    print(f"[{name}] sync .cpu()+np.save: {t*1e3:.0f} ms ({t/undumped:.1f}x)", flush=True)
+    del model
+    torch.cuda.empty_cache()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu_bench.json")
+    ap.add_argument("--workloads", default="gpt,resnet")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--root", default="/dev/shm/dumpd-gpu-bench")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA GPU (torch.cuda.is_available() is False)")
+        return 0
+    reason = dumpd.cuda_unavailable_reason()
+    if reason:
+        print(f"SKIPPED: {reason}")
+        return 0
+    binary = os.environ.get("DUMPD_BIN", "dumpd")
+    d2d, d2h = bandwidths()
+    print(f"device-to-device {d2d/1e9:.0f} GB/s (copied), pinned device-to-host "
+          f"{d2h/1e9:.1f} GB/s", flush=True)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d"), "d2d_bytes_per_s": d2d,
+              "d2h_bytes_per_s": d2h, "workloads": {}}
+    daemon = Daemon(binary, Path(args.root))
+    try:
+        for w in args.workloads.split(","):
+            result["workloads"][w] = bench(w, daemon, d2d, d2h, Path(args.root) / w, args.steps)
+    finally:
+        daemon.stop()
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
