@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "client/device_api.h"
+#include "client/device_copy.h"
 
 namespace dumpd::client {
 namespace {
@@ -80,6 +81,10 @@ class CudaDevice final : public DeviceApi {
   Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) override {
     return check("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                                     static_cast<cudaStream_t>(stream)));
+  }
+  Status snapshotAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) override {
+    return check("snapshot copy kernel",
+                 launchDeviceCopy(dst, src, bytes, static_cast<cudaStream_t>(stream)));
   }
   Status recordEvent(EventHandle e, StreamHandle stream) override {
     return check("cudaEventRecord",

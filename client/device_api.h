@@ -48,8 +48,11 @@ class DeviceApi {
   virtual void destroyEvent(EventHandle e) = 0;
 
   // Enqueues an asynchronous copy of `bytes` on `stream` (device or pinned host memory on
-  // either side).
+  // either side), on the copy engines.
   virtual Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
+  // Enqueues a device-to-device copy done by the compute units (a kernel), so it never
+  // queues behind device-to-host copies on the copy engines: the snapshot.
+  virtual Status snapshotAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
   virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;
   // `stream` waits, on the device, for the work captured by `e` (the host does not block).
   virtual Status streamWaitEvent(StreamHandle stream, EventHandle e) = 0;

@@ -1,6 +1,8 @@
 #include "client/device_pipeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "ipc/ring_format.h"
 
@@ -9,6 +11,16 @@ namespace {
 
 constexpr uint64_t kStagingAlign = 256;  // copy engines like 256-byte aligned addresses
 constexpr int kDestructorDrainMs = 10000;
+// Device-to-host bytes the issuer keeps enqueued (DUMPD_MAX_ISSUED_BYTES overrides it).
+constexpr uint64_t kDefaultMaxIssuedBytes = 256ull << 20;
+
+uint64_t maxIssuedBytes() {
+  if (const char* v = std::getenv("DUMPD_MAX_ISSUED_BYTES"); v != nullptr && *v != '\0') {
+    const unsigned long long n = std::strtoull(v, nullptr, 10);
+    if (n > 0) return n;
+  }
+  return kDefaultMaxIssuedBytes;
+}
 
 // Restores the producer's current device when a submit returns.
 class DeviceGuard {
@@ -38,7 +50,6 @@ class DeviceGuard {
 struct DevicePipeline::DeviceState {
   int device = 0;
   StreamHandle copy_stream = nullptr;
-  EventHandle snapshot = nullptr;  // re-recorded per record; waits capture it at call time
   std::byte* staging = nullptr;
   uint64_t capacity = 0;
   uint64_t head = 0;  // producer thread: end of the newest staging region
@@ -46,12 +57,22 @@ struct DevicePipeline::DeviceState {
   // owning regions, oldest first.
   uint64_t tail = 0;
   std::deque<uint64_t> regions;
+  // Space taken over from regions whose copies had not completed, up to guard_end: the
+  // stream of the record that took it over waits for guard_event (the `done` of entry
+  // guard_id), and so must every stream whose region reaches into that space later.
+  EventHandle guard_event = nullptr;
+  uint64_t guard_id = 0;
+  uint64_t guard_end = 0;
 };
 
 DevicePipeline::DevicePipeline(std::shared_ptr<DeviceApi> api, ipc::RingProducer& ring,
                                uint64_t staging_bytes)
-    : api_(std::move(api)), ring_(ring), staging_bytes_(staging_bytes) {
+    : api_(std::move(api)),
+      ring_(ring),
+      staging_bytes_(staging_bytes),
+      max_issued_bytes_(maxIssuedBytes()) {
   completion_ = std::thread([this] { completionLoop(); });
+  issuer_ = std::thread([this] { issuerLoop(); });
 }
 
 DevicePipeline::~DevicePipeline() {
@@ -61,6 +82,9 @@ DevicePipeline::~DevicePipeline() {
     stop_ = true;
   }
   work_cv_.notify_all();
+  issue_cv_.notify_all();
+  issue_space_cv_.notify_all();
+  issuer_.join();
   completion_.join();
   // Copies still in flight (a hung device) may write into staging and the ring: then leak
   // them rather than free memory a copy engine still uses.
@@ -68,7 +92,6 @@ DevicePipeline::~DevicePipeline() {
   for (auto& [device, dev] : devices_) {
     DeviceGuard guard(*api_, device);
     if (dev->staging != nullptr) api_->free(dev->staging);
-    if (dev->snapshot != nullptr) api_->destroyEvent(dev->snapshot);
     if (dev->copy_stream != nullptr) api_->destroyStream(dev->copy_stream);
   }
   for (EventHandle e : free_events_) api_->destroyEvent(e);
@@ -97,9 +120,6 @@ Result<DevicePipeline::DeviceState*> DevicePipeline::stateFor(int device) {
   auto stream = api_->createStream();
   if (!stream) return stream.error();
   dev->copy_stream = stream.value();
-  auto snap = api_->createEvent(false);
-  if (!snap) return snap.error();
-  dev->snapshot = snap.value();
   if (staging_bytes_ != 0) {
     const uint64_t capacity = staging_bytes_ / kStagingAlign * kStagingAlign;
     auto mem = api_->allocate(capacity);
@@ -136,17 +156,40 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
   const uint64_t need = skip + bytes;
   EventHandle wait_for = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     while (dev.capacity - (dev.head - dev.tail) < need) {
       // The oldest region is still being read by a device-to-host copy: take it over, and
       // make the producer's stream wait for that copy (copies of one device run in order on
       // its copy stream, so waiting for the newest one taken over covers the older ones).
-      Entry& old = entryLocked(dev.regions.front());
-      if (!old.completed) wait_for = old.done;
+      // Its `done` event exists once the issuer enqueued the copy: wait for that. Meanwhile
+      // the completion thread may free regions, this one included: look again after.
+      const uint64_t oldest = dev.regions.front();
+      if (!entryLocked(oldest).issued) {
+        issued_cv_.wait(lock, [&] {
+          return dev.regions.empty() || dev.regions.front() != oldest || entryLocked(oldest).issued;
+        });
+        continue;
+      }
+      Entry& old = entryLocked(oldest);
+      if (!old.completed) {
+        wait_for = old.done;
+        dev.guard_event = old.done;
+        dev.guard_id = oldest;
+      }
       dev.tail = old.staging_end;
+      dev.guard_end = std::max(dev.guard_end, dev.tail);
       old.reclaimed = true;
       dev.regions.pop_front();
     }
+    // The new region's memory held positions one lap earlier: [begin - capacity, end -
+    // capacity). Where those reach below guard_end they are space another record's stream
+    // took over, and a copy may still be reading it.
+    const uint64_t begin = dev.head + skip;
+    if (wait_for == nullptr && dev.guard_event != nullptr && begin < dev.guard_end + dev.capacity) {
+      const bool done = dev.guard_id < front_id_ || entryLocked(dev.guard_id).completed;
+      if (!done) wait_for = dev.guard_event;
+    }
+    if (begin + bytes >= dev.guard_end + dev.capacity) dev.guard_event = nullptr;  // handed out
     // Entries popped here return their events to the pool; wait_for is not among them (its
     // entry has not completed), and only this thread takes events from the pool.
     popFinishedLocked();
@@ -162,27 +205,25 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
 }
 
 Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
-                                     std::span<const DeviceCopy> copies, EventHandle done,
-                                     uint64_t& staging_end) {
+                                     std::span<const DeviceCopy> copies, Entry& e) {
   uint64_t total = 0;
   for (const DeviceCopy& c : copies) total += ipc::alignUp(c.bytes, kStagingAlign);
-  auto off = allocateStaging(dev, total, stream, staging_end);
+  auto off = allocateStaging(dev, total, stream, e.staging_end);
   if (!off) return off.error();
-  // 1. Snapshot on the producer's stream: ordered before anything it runs later.
+  // The snapshot on the producer's stream: ordered before anything it runs later.
   std::byte* p = dev.staging + off.value();
+  e.copies.clear();
   for (const DeviceCopy& c : copies) {
-    if (Status s = api_->copyAsync(p, c.device_src, c.bytes, stream); !s) return s;
+    if (Status s = api_->snapshotAsync(p, c.device_src, c.bytes, stream); !s) return s;
+    e.copies.push_back(DeviceCopy{c.ring_dst, p, c.bytes});
     p += ipc::alignUp(c.bytes, kStagingAlign);
   }
-  if (Status s = api_->recordEvent(dev.snapshot, stream); !s) return s;
-  // 2. Device to host on our copy stream, after the snapshot.
-  if (Status s = api_->streamWaitEvent(dev.copy_stream, dev.snapshot); !s) return s;
-  p = dev.staging + off.value();
-  for (const DeviceCopy& c : copies) {
-    if (Status s = api_->copyAsync(c.ring_dst, p, c.bytes, dev.copy_stream); !s) return s;
-    p += ipc::alignUp(c.bytes, kStagingAlign);
-  }
-  return api_->recordEvent(done, dev.copy_stream);
+  auto snap = takeEvent();
+  if (!snap) return snap.error();
+  e.snap = snap.value();
+  if (Status s = api_->recordEvent(e.snap, stream); !s) return s;
+  e.issued = false;  // the issuer enqueues the device-to-host copies
+  return {};
 }
 
 Status DevicePipeline::prepare(int device) {
@@ -223,7 +264,7 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   const bool staged = dev.capacity != 0 && total <= dev.capacity;
   Status s;
   if (staged) {
-    s = enqueueStaged(dev, stream, copies, e.done, e.staging_end);
+    s = enqueueStaged(dev, stream, copies, e);
   } else {
     for (const DeviceCopy& c : copies) {
       if (s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, stream); !s) break;
@@ -239,10 +280,13 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
     // for what was recorded, then voids it. (CUDA errors are sticky: nothing more runs.)
     noteErrorLocked(s.error().message);
     e.failed = true;
+    e.issued = true;
   }
   const uint64_t id = front_id_ + entries_.size();
-  entries_.push_back(e);
-  if (e.staging_end != 0) dev.regions.push_back(id);
+  const bool to_issue = !e.issued;
+  entries_.push_back(std::move(e));
+  if (entries_.back().staging_end != 0) dev.regions.push_back(id);
+  if (to_issue) issue_cv_.notify_one();
   work_cv_.notify_one();
   return s;
 }
@@ -250,7 +294,10 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
 void DevicePipeline::completionLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || next_complete_ < front_id_ + entries_.size(); });
+    work_cv_.wait(lock, [&] {
+      const bool have = next_complete_ < front_id_ + entries_.size();
+      return (have && entryLocked(next_complete_).issued) || (stop_ && !have);
+    });
     if (next_complete_ == front_id_ + entries_.size()) return;  // stop_, nothing left
     const uint64_t id = next_complete_;
     EventHandle done = entryLocked(id).done;
@@ -260,6 +307,10 @@ void DevicePipeline::completionLoop() {
     lock.lock();
     Entry& e = entryLocked(id);
     e.completed = true;
+    if (e.issued_bytes != 0) {
+      issued_bytes_ -= e.issued_bytes;
+      issue_space_cv_.notify_one();
+    }
     if (!s) noteErrorLocked(s.error().message);
     if (!s || e.failed) {
       e.failed = true;
@@ -283,9 +334,67 @@ void DevicePipeline::completionLoop() {
   }
 }
 
+void DevicePipeline::issuerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  int current = -1;
+  for (;;) {
+    // Entries up to next_issue_ that were issued at submit (direct, failed) are skipped.
+    while (next_issue_ < front_id_ + entries_.size() &&
+           (next_issue_ < front_id_ || entryLocked(next_issue_).issued)) {
+      ++next_issue_;
+    }
+    if (next_issue_ == front_id_ + entries_.size()) {
+      if (stop_) return;
+      issue_cv_.wait(lock);
+      continue;
+    }
+    uint64_t bytes = 0;
+    for (const DeviceCopy& c : entryLocked(next_issue_).copies) bytes += c.bytes;
+    if (issued_bytes_ != 0 && issued_bytes_ + bytes > max_issued_bytes_) {
+      issue_space_cv_.wait(
+          lock, [&] { return issued_bytes_ == 0 || issued_bytes_ + bytes <= max_issued_bytes_; });
+      continue;  // entries may have moved: look again
+    }
+    issued_bytes_ += bytes;
+    Entry& e = entryLocked(next_issue_);
+    e.issued_bytes = bytes;
+    DeviceState& dev = *e.dev;
+    const std::vector<DeviceCopy> copies = e.copies;
+    const EventHandle snap = e.snap;
+    const EventHandle done = e.done;
+    const uint64_t id = next_issue_;
+    lock.unlock();
+    // Enqueueing may block while the device's queue is full: only this thread waits.
+    Status s;
+    if (current != dev.device) {
+      auto prev = api_->setDevice(dev.device);
+      s = prev ? Status() : Status(prev.error());
+      current = dev.device;
+    }
+    if (s) s = api_->streamWaitEvent(dev.copy_stream, snap);
+    for (const DeviceCopy& c : copies) {
+      if (!s) break;
+      s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, dev.copy_stream);
+    }
+    if (s) s = api_->recordEvent(done, dev.copy_stream);
+    lock.lock();
+    Entry& after = entryLocked(id);
+    if (!s) {
+      noteErrorLocked(s.error().message);
+      after.failed = true;
+    }
+    after.issued = true;
+    after.copies.clear();
+    ++next_issue_;
+    issued_cv_.notify_all();
+    work_cv_.notify_one();
+  }
+}
+
 void DevicePipeline::popFinishedLocked() {
   while (!entries_.empty() && entries_.front().completed && entries_.front().reclaimed) {
     free_events_.push_back(entries_.front().done);
+    if (entries_.front().snap != nullptr) free_events_.push_back(entries_.front().snap);
     entries_.pop_front();
     ++front_id_;
   }

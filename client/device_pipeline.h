@@ -3,9 +3,11 @@
 // For each record the client reserved in the ring, submit() enqueues, on the producer's own
 // stream, a device-to-device snapshot of its tensors into a bounded staging area (so later
 // kernels, in-place ones and the allocator's reuse of freed blocks included, are ordered
-// after it), then, on a copy stream of ours ordered after the snapshot by an event, the
-// device-to-host copies into the pinned ring. A completion thread waits for each record's
-// copies, oldest first, and commits it; the ring publishes records in reservation order.
+// after it) and records an event after it. An issuer thread then enqueues, on a copy stream
+// of ours waiting for that event, the device-to-host copies into the pinned ring: enqueueing
+// large copies can block the calling thread while the device's queue is full, and that
+// must not be the producer. A completion thread waits for each record's copies, oldest
+// first, and commits it; the ring publishes records in reservation order.
 // When staging is full, the producer's stream (not the host) waits for the oldest copy.
 // Records larger than the staging area, and every record when staging_bytes is 0, are
 // copied device-to-host on the producer's stream directly.
@@ -74,7 +76,11 @@ class DevicePipeline {
     uint64_t sequence = 0;
     DeviceState* dev = nullptr;
     EventHandle done = nullptr;
-    uint64_t staging_end = 0;  // staging position after this record's region
+    EventHandle snap = nullptr;      // recorded after the snapshot (staged records)
+    std::vector<DeviceCopy> copies;  // staging -> ring, for the issuer
+    uint64_t issued_bytes = 0;       // bytes the issuer enqueued (counted until completion)
+    bool issued = true;              // the copies and `done` are enqueued
+    uint64_t staging_end = 0;        // staging position after this record's region
     uint32_t tensors = 0;
     bool completed = false;
     bool reclaimed = true;  // its staging region is free (true when it has none)
@@ -89,8 +95,9 @@ class DevicePipeline {
   Result<uint64_t> allocateStaging(DeviceState& dev, uint64_t bytes, StreamHandle stream,
                                    uint64_t& end);
   Status enqueueStaged(DeviceState& dev, StreamHandle stream, std::span<const DeviceCopy> copies,
-                       EventHandle done, uint64_t& staging_end);
+                       Entry& e);
   void completionLoop();
+  void issuerLoop();
   Entry& entryLocked(uint64_t id) { return entries_[id - front_id_]; }
   void popFinishedLocked();
   void noteErrorLocked(const std::string& message);
@@ -102,16 +109,26 @@ class DevicePipeline {
   std::map<int, std::unique_ptr<DeviceState>> devices_;  // producer thread
 
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;  // completion thread: new entry or stop
-  std::condition_variable done_cv_;  // drain(): an entry completed
-  std::deque<Entry> entries_;        // guarded by mu_: submitted, oldest first
-  uint64_t front_id_ = 0;            // id of entries_.front()
-  uint64_t next_complete_ = 0;       // id of the oldest entry not yet completed
+  std::condition_variable work_cv_;    // completion thread: new entry, entry issued, or stop
+  std::condition_variable issue_cv_;   // issuer thread: new entry to issue, or stop
+  std::condition_variable issued_cv_;  // producer: an entry was issued
+  std::condition_variable done_cv_;    // drain(): an entry completed
+  std::deque<Entry> entries_;          // guarded by mu_: submitted, oldest first
+  uint64_t front_id_ = 0;              // id of entries_.front()
+  uint64_t next_complete_ = 0;         // id of the oldest entry not yet completed
+  uint64_t next_issue_ = 0;            // id of the oldest entry not yet issued
+  // Device-to-host bytes enqueued and not completed. The issuer keeps it under
+  // max_issued_bytes_: a device queue filled with copies blocks the thread that enqueues,
+  // and the driver then stalls the producer's launches too.
+  uint64_t issued_bytes_ = 0;
+  uint64_t max_issued_bytes_;
+  std::condition_variable issue_space_cv_;
   std::vector<EventHandle> free_events_;
   PipelineCounters counters_;
   std::string error_;
   bool stop_ = false;
   std::thread completion_;
+  std::thread issuer_;
 };
 
 }  // namespace dumpd::client

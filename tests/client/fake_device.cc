@@ -193,7 +193,9 @@ Status FakeDevice::copyAsync(void* dst, const void* src, size_t bytes, client::S
     return makeError(ErrorCode::kIo, "fake: injected copy failure");
   }
   if (isHost(dst) && !hostRegistered(dst, bytes)) unpinned_copies_.fetch_add(1);
-  streamOf(s)->push([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  streamOf(s)->push([dst, src, bytes] {
+    if (bytes != 0) std::memcpy(dst, src, bytes);
+  });
   return {};
 }
 

@@ -44,6 +44,10 @@ class FakeDevice final : public client::DeviceApi {
   Result<client::EventHandle> createEvent(bool blocking_sync) override;
   void destroyEvent(client::EventHandle e) override;
   Status copyAsync(void* dst, const void* src, size_t bytes, client::StreamHandle s) override;
+  // The fake has no copy engines: a snapshot is a copy like any other.
+  Status snapshotAsync(void* dst, const void* src, size_t bytes, client::StreamHandle s) override {
+    return copyAsync(dst, src, bytes, s);
+  }
   Status recordEvent(client::EventHandle e, client::StreamHandle s) override;
   Status streamWaitEvent(client::StreamHandle s, client::EventHandle e) override;
   Status waitEvent(client::EventHandle e) override;
