@@ -26,6 +26,11 @@ namespace {
 constexpr uint64_t kDefaultRingBytes = 64ull << 20;
 constexpr int kLivenessSliceMs = 200;
 
+// complex64/complex128 have no statistics row: their bytes go to the daemon as they are.
+bool hasValueStatistics(DType dtype) {
+  return dtype != DType::kComplex64 && dtype != DType::kComplex128;
+}
+
 std::optional<uint32_t> envUint(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return std::nullopt;
@@ -103,6 +108,8 @@ struct Client::Impl {
   uint32_t iteration = 0;
   uint32_t graph_id = 0;
   bool step_selected = true;
+  // The job saves statistics only: CUDA tensors send theirs, computed on the device.
+  bool device_statistics = false;
   bool closed = false;
   std::string fatal;  // set once the daemon ended the session
   uint64_t flush_token = 0;
@@ -281,6 +288,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   impl->device = options.device ? *options.device : envUint("DEVICE_ID").value_or(0);
   impl->iteration = impl->plan.initial_iteration;
   impl->updateStepSelected();
+  impl->device_statistics = impl->plan.statisticsFromSums();
 
   auto ring =
       ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes : kDefaultRingBytes);
@@ -425,9 +433,15 @@ Result<Reservation> Client::reserve(const OpCall& op) {
     s.format = t.format;
     s.timestamp_us = ts;
     s.data_bytes = t.bytes;
+    if (m.device_statistics && t.memory == Memory::kCuda && t.bytes != 0 &&
+        hasValueStatistics(t.dtype)) {
+      // Only the statistics cross to the host: computed on the device by the pipeline.
+      s.payload = ipc::PayloadKind::kStatistics;
+      s.data_bytes = sizeof(ipc::StatsPayload);
+    }
     m.specs.push_back(s);
     m.selected.push_back(&t);
-    payload_bytes += t.bytes;
+    payload_bytes += s.data_bytes;
   }
   if (m.specs.empty()) return res;
   ipc::OpSpec spec;
@@ -497,7 +511,13 @@ Result<bool> Client::dumpOp(const OpCall& op) {
     const Tensor* t = m.selected[i];
     if (t->bytes == 0) continue;
     if (t->memory == Memory::kCuda) {
-      m.device_copies.push_back(DeviceCopy{m.payloads[i], t->data, t->bytes});
+      DeviceCopy c{m.payloads[i], t->data, t->bytes};
+      if (m.specs[i].payload == ipc::PayloadKind::kStatistics) {
+        c.statistics = true;
+        c.dtype = t->dtype;
+        c.elements = elementCount(t->shape).value_or(0);
+      }
+      m.device_copies.push_back(c);
     } else {
       std::memcpy(m.payloads[i], t->data, t->bytes);
     }
@@ -625,6 +645,7 @@ Stats Client::stats() const {
     s.device_records_staged = c.staged_records;
     s.device_staging_waits = c.staging_waits;
     s.device_records_failed = c.failed_records;
+    s.device_statistics = c.statistics;
     s.device_in_flight = impl_->pipeline->inFlight();
   }
   return s;

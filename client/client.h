@@ -106,6 +106,7 @@ struct Stats {
   uint64_t device_staging_waits = 0;   // times a producer stream waited for staging space
   uint64_t device_records_failed = 0;  // voided because a device copy failed
   uint64_t device_in_flight = 0;       // records whose copies have not completed yet
+  uint64_t device_statistics = 0;      // tensors whose statistics the device computed
 };
 
 // A zero-copy reservation: write each tensor's bytes at payload(i), then commitOp().

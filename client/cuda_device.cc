@@ -5,6 +5,7 @@
 
 #include "client/device_api.h"
 #include "client/device_copy.h"
+#include "client/device_stats.h"
 
 namespace dumpd::client {
 namespace {
@@ -85,6 +86,14 @@ class CudaDevice final : public DeviceApi {
   Status snapshotAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) override {
     return check("snapshot copy kernel",
                  launchDeviceCopy(dst, src, bytes, static_cast<cudaStream_t>(stream)));
+  }
+  uint64_t statisticsScratchBytes(uint64_t elements) override {
+    return deviceStatisticsScratch(elements);
+  }
+  Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
+                         DType dtype, StreamHandle stream) override {
+    return check("statistics kernel", launchDeviceStatistics(result, scratch, src, elements, dtype,
+                                                             static_cast<cudaStream_t>(stream)));
   }
   Status recordEvent(EventHandle e, StreamHandle stream) override {
     return check("cudaEventRecord",

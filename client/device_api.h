@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "base/dtype.h"
 #include "base/result.h"
 
 namespace dumpd::client {
@@ -53,6 +54,13 @@ class DeviceApi {
   // Enqueues a device-to-device copy done by the compute units (a kernel), so it never
   // queues behind device-to-host copies on the copy engines: the snapshot.
   virtual Status snapshotAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
+  // Device scratch statisticsAsync needs for `elements` elements (a multiple of 16).
+  virtual uint64_t statisticsScratchBytes(uint64_t elements) = 0;
+  // Enqueues on `stream` one pass over `elements` elements of `dtype` at `src` that writes
+  // their ipc::StatsPayload (sums in float64) at `result`, device memory aligned to 16,
+  // using `scratch` (statisticsScratchBytes(elements) bytes). `dtype` has statistics.
+  virtual Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
+                                 DType dtype, StreamHandle stream) = 0;
   virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;
   // `stream` waits, on the device, for the work captured by `e` (the host does not block).
   virtual Status streamWaitEvent(StreamHandle stream, EventHandle e) = 0;

@@ -10,6 +10,8 @@ namespace dumpd::client {
 namespace {
 
 constexpr uint64_t kStagingAlign = 256;  // copy engines like 256-byte aligned addresses
+// Device memory for statistics when device_staging_bytes is 0 (no snapshots).
+constexpr uint64_t kStatisticsOnlyStaging = 1ull << 20;
 constexpr int kDestructorDrainMs = 10000;
 // Device-to-host bytes the issuer keeps enqueued (DUMPD_MAX_ISSUED_BYTES overrides it).
 constexpr uint64_t kDefaultMaxIssuedBytes = 256ull << 20;
@@ -120,8 +122,9 @@ Result<DevicePipeline::DeviceState*> DevicePipeline::stateFor(int device) {
   auto stream = api_->createStream();
   if (!stream) return stream.error();
   dev->copy_stream = stream.value();
-  if (staging_bytes_ != 0) {
-    const uint64_t capacity = staging_bytes_ / kStagingAlign * kStagingAlign;
+  {
+    const uint64_t capacity = staging_bytes_ != 0 ? staging_bytes_ / kStagingAlign * kStagingAlign
+                                                  : kStatisticsOnlyStaging;
     auto mem = api_->allocate(capacity);
     if (!mem) {
       return makeError(mem.error().code, "cannot allocate " + std::to_string(capacity) +
@@ -204,19 +207,35 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
   return begin % dev.capacity;
 }
 
+uint64_t DevicePipeline::stagingBytes(const DeviceCopy& c) const {
+  if (!c.statistics) return ipc::alignUp(c.bytes, kStagingAlign);
+  return ipc::alignUp(sizeof(ipc::StatsPayload) + api_->statisticsScratchBytes(c.elements),
+                      kStagingAlign);
+}
+
 Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
                                      std::span<const DeviceCopy> copies, Entry& e) {
   uint64_t total = 0;
-  for (const DeviceCopy& c : copies) total += ipc::alignUp(c.bytes, kStagingAlign);
+  for (const DeviceCopy& c : copies) total += stagingBytes(c);
   auto off = allocateStaging(dev, total, stream, e.staging_end);
   if (!off) return off.error();
-  // The snapshot on the producer's stream: ordered before anything it runs later.
+  // The snapshot (or the statistics) on the producer's stream: ordered before anything it
+  // runs later.
   std::byte* p = dev.staging + off.value();
   e.copies.clear();
   for (const DeviceCopy& c : copies) {
-    if (Status s = api_->snapshotAsync(p, c.device_src, c.bytes, stream); !s) return s;
-    e.copies.push_back(DeviceCopy{c.ring_dst, p, c.bytes});
-    p += ipc::alignUp(c.bytes, kStagingAlign);
+    if (c.statistics) {
+      if (Status s = api_->statisticsAsync(p, p + sizeof(ipc::StatsPayload), c.device_src,
+                                           c.elements, c.dtype, stream);
+          !s) {
+        return s;
+      }
+      e.copies.push_back(DeviceCopy{c.ring_dst, p, sizeof(ipc::StatsPayload)});
+    } else {
+      if (Status s = api_->snapshotAsync(p, c.device_src, c.bytes, stream); !s) return s;
+      e.copies.push_back(DeviceCopy{c.ring_dst, p, c.bytes});
+    }
+    p += stagingBytes(c);
   }
   auto snap = takeEvent();
   if (!snap) return snap.error();
@@ -224,6 +243,36 @@ Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
   if (Status s = api_->recordEvent(e.snap, stream); !s) return s;
   e.issued = false;  // the issuer enqueues the device-to-host copies
   return {};
+}
+
+Status DevicePipeline::enqueueDirect(DeviceState& dev, StreamHandle stream,
+                                     std::span<const DeviceCopy> copies, Entry& e) {
+  uint64_t stats_total = 0;
+  for (const DeviceCopy& c : copies) stats_total += c.statistics ? stagingBytes(c) : 0;
+  std::byte* p = nullptr;
+  if (stats_total != 0) {
+    if (stats_total > dev.capacity) {
+      return makeError(ErrorCode::kResourceExhausted,
+                       "the statistics of one op need " + std::to_string(stats_total) +
+                           " bytes of device staging; device_staging_bytes is " +
+                           std::to_string(dev.capacity));
+    }
+    auto off = allocateStaging(dev, stats_total, stream, e.staging_end);
+    if (!off) return off.error();
+    p = dev.staging + off.value();
+  }
+  for (const DeviceCopy& c : copies) {
+    if (c.statistics) {
+      Status s = api_->statisticsAsync(p, p + sizeof(ipc::StatsPayload), c.device_src, c.elements,
+                                       c.dtype, stream);
+      if (s) s = api_->copyAsync(c.ring_dst, p, sizeof(ipc::StatsPayload), stream);
+      if (!s) return s;
+      p += stagingBytes(c);
+    } else if (Status s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, stream); !s) {
+      return s;
+    }
+  }
+  return api_->recordEvent(e.done, stream);
 }
 
 Status DevicePipeline::prepare(int device) {
@@ -255,25 +304,26 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   if (!done) return give_up(done.error());
 
   uint64_t total = 0;
-  for (const DeviceCopy& c : copies) total += ipc::alignUp(c.bytes, kStagingAlign);
+  bool only_statistics = true;
+  uint64_t statistics = 0;
+  for (const DeviceCopy& c : copies) {
+    total += stagingBytes(c);
+    only_statistics = only_statistics && c.statistics;
+    statistics += c.statistics ? 1 : 0;
+  }
   Entry e;
   e.sequence = sequence;
   e.dev = &dev;
   e.done = done.value();
   e.tensors = tensors;
-  const bool staged = dev.capacity != 0 && total <= dev.capacity;
-  Status s;
-  if (staged) {
-    s = enqueueStaged(dev, stream, copies, e);
-  } else {
-    for (const DeviceCopy& c : copies) {
-      if (s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, stream); !s) break;
-    }
-    if (s) s = api_->recordEvent(e.done, stream);
-  }
+  // Snapshots need device_staging_bytes; statistics fit in the small area kept without it.
+  const bool staged = total <= dev.capacity && (staging_bytes_ != 0 || only_statistics);
+  const Status s =
+      staged ? enqueueStaged(dev, stream, copies, e) : enqueueDirect(dev, stream, copies, e);
   e.reclaimed = e.staging_end == 0;  // 0: no staging region was taken
   std::lock_guard<std::mutex> lock(mu_);
   ++counters_.records;
+  counters_.statistics += statistics;
   ++(staged ? counters_.staged_records : counters_.direct_records);
   if (!s) {
     // Copies already enqueued may still write into the record: the completion thread waits

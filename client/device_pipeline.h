@@ -36,7 +36,12 @@ namespace dumpd::client {
 struct DeviceCopy {
   std::byte* ring_dst;     // payload slot in the reserved record
   const void* device_src;  // the tensor's bytes on the device
-  uint64_t bytes;
+  uint64_t bytes;          // of the tensor at device_src
+  // Statistics instead of bytes: ring_dst receives one ipc::StatsPayload of `elements`
+  // elements of `dtype`, computed on the device.
+  bool statistics = false;
+  DType dtype = DType::kUInt8;
+  uint64_t elements = 0;
 };
 
 struct PipelineCounters {
@@ -45,6 +50,7 @@ struct PipelineCounters {
   uint64_t direct_records = 0;  // of which copied device-to-host on the producer stream
   uint64_t staging_waits = 0;   // times a producer stream had to wait for staging space
   uint64_t failed_records = 0;  // voided because a device operation failed
+  uint64_t statistics = 0;      // tensors whose statistics were computed on the device
 };
 
 class DevicePipeline {
@@ -94,7 +100,12 @@ class DevicePipeline {
   // wait for the copies that still read the space it takes over.
   Result<uint64_t> allocateStaging(DeviceState& dev, uint64_t bytes, StreamHandle stream,
                                    uint64_t& end);
+  // Staging bytes a copy takes: its snapshot, or its statistics and their scratch.
+  uint64_t stagingBytes(const DeviceCopy& c) const;
   Status enqueueStaged(DeviceState& dev, StreamHandle stream, std::span<const DeviceCopy> copies,
+                       Entry& e);
+  // Copies device-to-host on the producer's stream; statistics still go through staging.
+  Status enqueueDirect(DeviceState& dev, StreamHandle stream, std::span<const DeviceCopy> copies,
                        Entry& e);
   void completionLoop();
   void issuerLoop();

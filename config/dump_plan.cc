@@ -623,6 +623,13 @@ std::string_view statCategoryName(StatCategory c) {
   return "";
 }
 
+bool DumpPlan::statisticsFromSums() const {
+  if (saved_data != SavedData::kStatistic) return false;
+  return std::none_of(statistic_category.begin(), statistic_category.end(), [](StatCategory c) {
+    return c == StatCategory::kMd5 || c == StatCategory::kSha1;
+  });
+}
+
 bool DumpPlan::supportsDevice(uint32_t device) const {
   return std::find(support_device.begin(), support_device.end(), device) != support_device.end();
 }

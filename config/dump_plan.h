@@ -83,6 +83,9 @@ struct DumpPlan {
 
   bool savesTensors() const { return saved_data != SavedData::kStatistic; }
   bool savesStatistics() const { return saved_data != SavedData::kTensor; }
+  // True when a producer may send a device tensor's statistics instead of its bytes: only
+  // statistics are saved, and none of their categories needs the bytes (md5, sha1).
+  bool statisticsFromSums() const;
   bool supportsDevice(uint32_t device) const;
 };
 

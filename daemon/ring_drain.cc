@@ -18,7 +18,27 @@ namespace {
 struct OpTask {
   ipc::DecodedOp op;
   std::vector<storage::TensorView> views;
+  // Device statistics, copied out of shared memory (sized once: views point into it).
+  std::vector<storage::StatSums> sums;
 };
+
+storage::StatSums sumsFromWire(const std::byte* data) {
+  ipc::StatsPayload p;
+  std::memcpy(&p, data, sizeof p);
+  storage::StatSums s;
+  s.count = p.count;
+  s.max = p.max;
+  s.min = p.min;
+  s.sum = p.sum;
+  s.sum_squares = p.sum_squares;
+  s.negative = p.negative;
+  s.positive = p.positive;
+  s.zero = p.zero;
+  s.nan = p.nan;
+  s.negative_inf = p.negative_inf;
+  s.positive_inf = p.positive_inf;
+  return s;
+}
 
 // A client-written counter, capped so that summing it into daemon-wide totals cannot wrap.
 constexpr uint64_t kMaxClientCount = uint64_t{1} << 48;
@@ -117,7 +137,14 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     }
     const auto dtype = static_cast<DType>(t.dtype);
     const auto elements = elementCount(op.shape(t));
-    if (!elements || sourceBytes(dtype, *elements) != t.data_bytes) {
+    const bool sums = t.payload == ipc::PayloadKind::kStatistics;
+    if (sums && (!plan_.statisticsFromSums() || !storage::hasStatistics(dtype))) {
+      return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
+                  std::string(op.opName()) +
+                  " carries device statistics, but the job needs its bytes (saved_data, "
+                  "statistic_category or dtype)");
+    }
+    if (!elements || (!sums && sourceBytes(dtype, *elements) != t.data_bytes)) {
       return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
                   std::string(op.opName()) + " has " + std::to_string(t.data_bytes) +
                   " bytes, which does not match its shape and dtype");
@@ -134,7 +161,13 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     v.shape = op.shape(t);
     v.format = op.format(t);
     v.timestamp_us = t.timestamp_us;
-    v.data = std::span<const std::byte>(t.data, t.data_bytes);
+    if (sums) {
+      if (task->sums.empty()) task->sums.reserve(op.tensors.size());
+      task->sums.push_back(sumsFromWire(t.data));
+      v.sums = &task->sums.back();
+    } else {
+      v.data = std::span<const std::byte>(t.data, t.data_bytes);
+    }
     task->views.push_back(v);
     bytes += t.data_bytes;
   }

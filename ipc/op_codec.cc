@@ -46,6 +46,11 @@ Status checkOpSpec(const OpSpec& op) {
                        "format string longer than " + std::to_string(kMaxFormatBytes));
     }
     if (t.io > 1) return makeError(ErrorCode::kInvalidArgument, "io must be input or output");
+    if (t.payload == PayloadKind::kStatistics && t.data_bytes != sizeof(StatsPayload)) {
+      return makeError(
+          ErrorCode::kInvalidArgument,
+          "a statistics payload is " + std::to_string(sizeof(StatsPayload)) + " bytes");
+    }
   }
   return {};
 }
@@ -77,7 +82,7 @@ void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*>
     const TensorSpec& t = op.tensors[i];
     data_off = payloadOffset(data_off);
     TensorDesc d{};
-    d.io = t.io;
+    d.io = static_cast<uint8_t>(t.io | (static_cast<uint8_t>(t.payload) << kPayloadKindShift));
     d.dtype = t.dtype;
     d.ndim = static_cast<uint8_t>(t.shape.size());
     d.format_len = static_cast<uint8_t>(t.format.size());
@@ -127,14 +132,19 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     std::memcpy(&d, body + off, sizeof d);
     off += sizeof d;
     if (d.ndim > kMaxDims) return bad("tensor with " + std::to_string(d.ndim) + " dims");
-    if (d.io > 1) return bad("io value " + std::to_string(d.io));
+    const uint8_t kind = d.io >> kPayloadKindShift;
+    if ((d.io & ~kIoBit & ((1u << kPayloadKindShift) - 1)) != 0 ||
+        kind > static_cast<uint8_t>(PayloadKind::kStatistics)) {
+      return bad("io value " + std::to_string(d.io));
+    }
     if (d.format_len > kMaxFormatBytes) return bad("format longer than 64 bytes");
     const uint64_t dims_bytes = uint64_t{d.ndim} * sizeof(int64_t);
     if (off + alignUp(dims_bytes + d.format_len, 8) > body_bytes) {
       return bad("tensor dims past the record");
     }
     DecodedTensor t{};
-    t.io = d.io;
+    t.io = d.io & kIoBit;
+    t.payload = static_cast<PayloadKind>(kind);
     t.dtype = d.dtype;
     t.slot = d.slot;
     t.timestamp_us = d.timestamp_us;
@@ -153,6 +163,10 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     // Overflow-safe bounds check of the payload.
     if (d.data_offset > body_bytes || d.data_bytes > body_bytes - d.data_offset) {
       return bad("payload of tensor " + std::to_string(i) + " runs past the record");
+    }
+    if (t.payload == PayloadKind::kStatistics && d.data_bytes != sizeof(StatsPayload)) {
+      return bad("statistics payload of tensor " + std::to_string(i) + " is " +
+                 std::to_string(d.data_bytes) + " bytes");
     }
     t.data = body + d.data_offset;
     t.data_bytes = d.data_bytes;

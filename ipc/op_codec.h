@@ -26,7 +26,8 @@ struct TensorSpec {
   std::span<const int64_t> shape;
   std::string_view format = "DefaultFormat";
   uint64_t timestamp_us = 0;
-  uint64_t data_bytes = 0;
+  uint64_t data_bytes = 0;  // sizeof(StatsPayload) for PayloadKind::kStatistics
+  PayloadKind payload = PayloadKind::kBytes;
 };
 
 struct OpSpec {
@@ -51,8 +52,9 @@ void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*>
 // Consumer side: a decoded record. Names, dims and formats are copied out of shared memory
 // (the producer may still write there); payload pointers stay in the ring.
 struct DecodedTensor {
-  uint8_t io;
+  uint8_t io;  // 0 input, 1 output
   uint8_t dtype;
+  PayloadKind payload;  // kStatistics: data holds a StatsPayload (sizeof bytes)
   uint32_t slot;
   uint64_t timestamp_us;
   uint32_t dims_begin;  // index into DecodedOp::dims

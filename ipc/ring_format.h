@@ -16,8 +16,9 @@ namespace dumpd::ipc {
 
 inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" little-endian
 // 2: futex wake words, closing/busy flags. 3: kVoid records (reservations committed out of
-// order by the client's device pipeline, and given up when a device copy fails).
-inline constexpr uint32_t kRingVersion = 3;
+// order by the client's device pipeline, and given up when a device copy fails). 4: tensor
+// payload kinds (TensorDesc::io bits 4..7): statistics computed on the device.
+inline constexpr uint32_t kRingVersion = 4;
 inline constexpr size_t kRingControlBytes = 4096;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr uint64_t kMinRingBytes = 64 * 1024;
@@ -111,7 +112,7 @@ inline constexpr uint32_t kOpMarked = 1;  // set_dump mark (dump_mode 2)
 // TensorDescs, each followed by ndim int64 dims and format_len bytes, padded to 8. Payloads
 // follow at data_offset (from the record start), each 64-byte aligned.
 struct TensorDesc {
-  uint8_t io;     // 0 input, 1 output
+  uint8_t io;     // bit 0: 0 input, 1 output; bits 4..7: PayloadKind; other bits zero
   uint8_t dtype;  // DType wire value
   uint8_t ndim;
   uint8_t format_len;
@@ -121,6 +122,33 @@ struct TensorDesc {
   uint64_t data_bytes;
 };
 static_assert(sizeof(TensorDesc) == 32);
+
+// What a tensor's payload holds.
+enum class PayloadKind : uint8_t {
+  kBytes = 0,       // the tensor's bytes (sourceBytes(dtype, elements))
+  kStatistics = 1,  // one StatsPayload: the producer computed the statistics on its device
+};
+inline constexpr uint8_t kIoBit = 0x01;
+inline constexpr int kPayloadKindShift = 4;
+
+// PayloadKind::kStatistics: the sums behind statistic.csv, over every element converted to
+// double (bool 0/1; float16/bfloat16/int4 decoded). max/min ignore NaN (they stay -inf/+inf
+// when every element is NaN); the daemon derives the printed values (NaN rules, avg, l2norm).
+struct StatsPayload {
+  uint64_t count;  // elements; must equal the shape's element count
+  uint64_t nan;
+  uint64_t negative_inf;
+  uint64_t positive_inf;
+  uint64_t zero;  // x == 0 (-0.0 included)
+  uint64_t negative;
+  uint64_t positive;
+  double max;
+  double min;
+  double sum;
+  double sum_squares;
+  uint64_t reserved;  // zero
+};
+static_assert(sizeof(StatsPayload) == 96);
 
 inline constexpr uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

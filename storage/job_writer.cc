@@ -77,6 +77,14 @@ Result<uint64_t> checkTensor(const TensorView& t, std::string_view op_name) {
   const auto count = elementCount(t.shape);
   if (!count) return bad("has a negative dimension or more than 2^56 elements");
   const uint64_t n = *count;
+  if (t.sums != nullptr) {
+    if (!t.data.empty()) return bad("carries both bytes and device statistics");
+    if (!hasStatistics(t.dtype)) return bad("has no statistics for its dtype");
+    if (t.sums->count != n) {
+      return bad("device statistics count " + std::to_string(t.sums->count) + " elements");
+    }
+    return n;
+  }
   uint64_t need = sourceBytes(t.dtype, n);
   if (t.data.size() != need) {
     return bad("has " + std::to_string(t.data.size()) + " data bytes, " +
@@ -541,6 +549,11 @@ struct JobWriter::Impl {
     const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
     const bool want_payload = plan.savesTensors();
     const bool want_stats = plan.savesStatistics() && hasStatistics(t.dtype);
+    if (want_payload && t.sums != nullptr) {
+      return makeError(ErrorCode::kInvalidArgument, "tensor " + std::string(op.op_name) +
+                                                        " carries device statistics, but " +
+                                                        "the job saves tensors");
+    }
     if (want_payload) {
       std::string_view format =
           plan.trans_flag || t.format.empty() ? std::string_view("DefaultFormat") : t.format;
@@ -573,12 +586,16 @@ struct JobWriter::Impl {
     }
     if (want_stats) {
       TensorStats stats;
-      computeStats(t.dtype, elements, t.data, stat_options, stats);
+      if (t.sums != nullptr) {
+        statsFromSums(*t.sums, stats);
+      } else {
+        computeStats(t.dtype, elements, t.data, stat_options, stats);
+      }
       Scratch& s = scratch();
       s.row.clear();
       appendStatisticRow(s.row,
                          {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
-                          t.data.size(), t.dtype, t.shape},
+                          sourceBytes(t.dtype, elements), t.dtype, t.shape},
                          stats, plan.statistic_category);
       if (Status st = appendLine(lease, /*stat_csv=*/true, s.row); !st) return st;
       if (!want_payload) {
@@ -734,7 +751,9 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
     counts[i] = n.value();
     any_selected |= ioSelected(m.plan.input_output, t.io) && counts[i] != 0;
     if (m.plan.op_debug_mode == 3 && t.io == Io::kOutput) {
-      overflow = overflow || containsNonFinite(t.dtype, t.data);
+      overflow = overflow ||
+                 (t.sums != nullptr ? t.sums->nan + t.sums->negative_inf + t.sums->positive_inf != 0
+                                    : containsNonFinite(t.dtype, t.data));
     }
   }
   OpOutcome outcome;

@@ -8,6 +8,7 @@
 
 #include "base/dtype.h"
 #include "config/filter.h"
+#include "storage/statistics.h"
 
 namespace dumpd::storage {
 
@@ -19,6 +20,9 @@ struct TensorView {
   std::string_view format = "DefaultFormat";  // producer's format string (trans_flag false)
   uint64_t timestamp_us = 0;                  // wall clock, microseconds since the epoch
   std::span<const std::byte> data;            // sourceBytes(dtype, elements) bytes
+  // Statistics the producer computed on its device (saved_data "statistic" only); `data` is
+  // then empty. Not owned.
+  const StatSums* sums = nullptr;
 };
 
 struct OpRecord {

@@ -69,30 +69,22 @@ void accumulate(uint64_t n, const Load& load, Accumulator& a) {
   for (; i < n; ++i) step<kFloating>(a, 0, load(i));
 }
 
-void finish(const Accumulator& a, uint64_t n, TensorStats& out) {
-  double max = -kInf, min = kInf, sum = 0, sq = 0;
-  uint64_t nan = 0;
-  out.negative = out.positive = out.zero = out.negative_inf = out.positive_inf = 0;
+StatSums reduce(const Accumulator& a, uint64_t n) {
+  StatSums s;
+  s.count = n;
   for (int j = 0; j < kLanes; ++j) {
-    max = a.max[j] > max ? a.max[j] : max;
-    min = a.min[j] < min ? a.min[j] : min;
-    sum += a.sum[j];
-    sq += a.sq[j];
-    nan += a.nan[j];
-    out.negative += a.negative[j];
-    out.positive += a.positive[j];
-    out.zero += a.zero[j];
-    out.negative_inf += a.ninf[j];
-    out.positive_inf += a.pinf[j];
+    s.max = a.max[j] > s.max ? a.max[j] : s.max;
+    s.min = a.min[j] < s.min ? a.min[j] : s.min;
+    s.sum += a.sum[j];
+    s.sum_squares += a.sq[j];
+    s.nan += a.nan[j];
+    s.negative += a.negative[j];
+    s.positive += a.positive[j];
+    s.zero += a.zero[j];
+    s.negative_inf += a.ninf[j];
+    s.positive_inf += a.pinf[j];
   }
-  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-  out.count = n;
-  out.nan = nan;
-  out.max = nan ? kNan : max;
-  out.min = nan ? kNan : min;
-  out.avg = nan ? kNan : sum / static_cast<double>(n);
-  out.l2norm = nan ? kNan : std::sqrt(sq);
-  if (std::isnan(out.avg)) out.avg = kNan;  // inf + -inf: print "nan", never "-nan"
+  return s;
 }
 
 template <typename T, bool kFloating = false>
@@ -220,6 +212,23 @@ bool anyNonFinite(const unsigned char* p, uint64_t n, U exponent_mask) {
 
 }  // namespace
 
+void statsFromSums(const StatSums& s, TensorStats& out) {
+  constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+  const bool nan = s.nan != 0;
+  out.count = s.count;
+  out.negative = s.negative;
+  out.positive = s.positive;
+  out.zero = s.zero;
+  out.nan = s.nan;
+  out.negative_inf = s.negative_inf;
+  out.positive_inf = s.positive_inf;
+  out.max = nan ? kNan : s.max;
+  out.min = nan ? kNan : s.min;
+  out.avg = nan ? kNan : s.sum / static_cast<double>(s.count);
+  out.l2norm = nan ? kNan : std::sqrt(s.sum_squares);
+  if (std::isnan(out.avg)) out.avg = kNan;  // inf + -inf: print "nan", never "-nan"
+}
+
 bool hasStatistics(DType dtype) {
   return dtype != DType::kComplex64 && dtype != DType::kComplex128;
 }
@@ -230,7 +239,7 @@ void computeStats(DType dtype, uint64_t elements, ConstBuffer data, const StatOp
   if (options.values) {
     Accumulator a;
     accumulateValues(dtype, p, elements, a);
-    finish(a, elements, out);
+    statsFromSums(reduce(a, elements), out);
   } else {
     out.count = elements;
   }

@@ -690,6 +690,7 @@ class PyClient {
     d["device_staging_waits"] = s.device_staging_waits;
     d["device_records_failed"] = s.device_records_failed;
     d["device_in_flight"] = s.device_in_flight;
+    d["device_statistics"] = s.device_statistics;
     d["closed"] = closed_;
     return d;
   }

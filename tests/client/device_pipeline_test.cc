@@ -13,23 +13,14 @@
 #include <vector>
 
 #include "tests/client/fake_device.h"
+#include "tests/client/pipeline_fixture.h"
 
 namespace dumpd::client {
 namespace {
 
 using testing::FakeDevice;
-
-struct Fixture {
-  explicit Fixture(FakeDevice::Config cfg, uint64_t ring_bytes = 1 << 20)
-      : fake(std::make_shared<FakeDevice>(cfg)),
-        producer(ipc::RingProducer::create(ring_bytes).value()),
-        consumer(ipc::RingConsumer::attach(UniqueFd(::fcntl(producer.memfd(), F_DUPFD_CLOEXEC, 0)),
-                                           producer.mappedBytes(), 1ull << 30)
-                     .value()) {}
-  std::shared_ptr<FakeDevice> fake;
-  ipc::RingProducer producer;
-  ipc::RingConsumer consumer;
-};
+using testing::Fixture;
+using testing::readRecords;
 
 // A device buffer whose bytes are a function of (record, tensor).
 std::vector<std::byte> pattern(uint64_t record, uint32_t tensor, size_t bytes) {
@@ -75,29 +66,6 @@ Submitted submitRecord(Fixture& f, DevicePipeline& p, uint64_t record, std::vect
     f.fake->enqueue(stream, [buf = bufs[t], n = sizes[t]] { std::memset(buf, 0xAB, n); });
   }
   return Submitted{seq, sizes};
-}
-
-// Reads every record the ring publishes until `count` non-pad records were seen.
-std::vector<ipc::RingConsumer::Record> readRecords(Fixture& f, size_t count,
-                                                   std::vector<std::vector<std::byte>>* bodies) {
-  std::vector<ipc::RingConsumer::Record> out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
-    auto r = f.consumer.next();
-    EXPECT_TRUE(r.has_value()) << r.error().message;
-    if (!r.has_value()) break;
-    if (!r.value()) {
-      f.consumer.waitForData(5);
-      continue;
-    }
-    const auto rec = *r.value();
-    if (rec.kind != ipc::RecordKind::kPad) {
-      out.push_back(rec);
-      if (bodies != nullptr) bodies->emplace_back(rec.body, rec.body + rec.body_bytes);
-    }
-    if (f.consumer.release(rec.end)) f.consumer.wakeProducer();
-  }
-  return out;
 }
 
 void expectBody(const std::vector<std::byte>& body, uint64_t record,

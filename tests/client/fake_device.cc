@@ -1,8 +1,13 @@
 #include "tests/client/fake_device.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+
+#include "ipc/ring_format.h"
 
 namespace dumpd::testing {
 
@@ -195,6 +200,100 @@ Status FakeDevice::copyAsync(void* dst, const void* src, size_t bytes, client::S
   if (isHost(dst) && !hostRegistered(dst, bytes)) unpinned_copies_.fetch_add(1);
   streamOf(s)->push([dst, src, bytes] {
     if (bytes != 0) std::memcpy(dst, src, bytes);
+  });
+  return {};
+}
+
+namespace {
+
+// Element i as a double, decoded here independently of the daemon's code.
+double fakeElement(DType dtype, const unsigned char* p, uint64_t i) {
+  auto load = [&]<typename T>(T) {
+    T v;
+    std::memcpy(&v, p + i * sizeof(T), sizeof v);
+    return v;
+  };
+  switch (dtype) {
+    case DType::kBool:
+      return p[i] != 0 ? 1 : 0;
+    case DType::kInt8:
+      return load(int8_t{});
+    case DType::kInt16:
+      return load(int16_t{});
+    case DType::kInt32:
+      return load(int32_t{});
+    case DType::kInt64:
+      return static_cast<double>(load(int64_t{}));
+    case DType::kUInt8:
+    case DType::kUInt1:
+      return p[i];
+    case DType::kUInt16:
+      return load(uint16_t{});
+    case DType::kUInt32:
+      return load(uint32_t{});
+    case DType::kUInt64:
+      return static_cast<double>(load(uint64_t{}));
+    case DType::kFloat32:
+      return load(float{});
+    case DType::kFloat64:
+      return load(double{});
+    case DType::kFloat16: {
+      const uint16_t h = load(uint16_t{});
+      const int exponent = (h >> 10) & 0x1f;
+      const double mantissa = h & 0x3ff;
+      const double sign = (h & 0x8000) ? -1 : 1;
+      if (exponent == 0x1f) {
+        return mantissa != 0 ? std::nan("") : sign * std::numeric_limits<double>::infinity();
+      }
+      if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+      return sign * std::ldexp(1024 + mantissa, exponent - 25);
+    }
+    case DType::kBFloat16: {
+      const uint32_t bits = static_cast<uint32_t>(load(uint16_t{})) << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
+    case DType::kInt4: {
+      const int nibble = (i & 1) ? p[i / 2] >> 4 : p[i / 2] & 0xf;
+      return nibble >= 8 ? nibble - 16 : nibble;
+    }
+    case DType::kComplex64:
+    case DType::kComplex128:
+      break;
+  }
+  return std::nan("");
+}
+
+}  // namespace
+
+Status FakeDevice::statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
+                                   DType dtype, client::StreamHandle s) {
+  statistics_.fetch_add(1);
+  streamOf(s)->push([result, scratch, src, elements, dtype] {
+    std::memset(scratch, 0x5a, 64);
+    const auto* p = static_cast<const unsigned char*>(src);
+    ipc::StatsPayload r{};
+    r.count = elements;
+    r.max = -std::numeric_limits<double>::infinity();
+    r.min = std::numeric_limits<double>::infinity();
+    for (uint64_t i = 0; i < elements; ++i) {
+      const double x = fakeElement(dtype, p, i);
+      if (std::isnan(x)) {
+        ++r.nan;
+        continue;
+      }
+      r.max = std::max(r.max, x);
+      r.min = std::min(r.min, x);
+      r.sum += x;
+      r.sum_squares += x * x;
+      r.negative += x < 0;
+      r.positive += x > 0;
+      r.zero += x == 0;
+      r.negative_inf += std::isinf(x) && x < 0;
+      r.positive_inf += std::isinf(x) && x > 0;
+    }
+    std::memcpy(result, &r, sizeof r);
   });
   return {};
 }

@@ -48,6 +48,12 @@ class FakeDevice final : public client::DeviceApi {
   Status snapshotAsync(void* dst, const void* src, size_t bytes, client::StreamHandle s) override {
     return copyAsync(dst, src, bytes, s);
   }
+  // 64 bytes: the fake writes garbage there, so nothing may read scratch as a result.
+  uint64_t statisticsScratchBytes(uint64_t) override { return 64; }
+  // A sequential pass on the stream's thread, with its own element decoding.
+  Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
+                         DType dtype, client::StreamHandle s) override;
+  uint64_t statisticsLaunches() const { return statistics_.load(); }
   Status recordEvent(client::EventHandle e, client::StreamHandle s) override;
   Status streamWaitEvent(client::StreamHandle s, client::EventHandle e) override;
   Status waitEvent(client::EventHandle e) override;
@@ -82,6 +88,7 @@ class FakeDevice final : public client::DeviceApi {
   std::vector<std::pair<uintptr_t, size_t>> allocations_;
   std::vector<std::pair<uintptr_t, size_t>> registered_;
   std::atomic<uint64_t> copies_{0};
+  std::atomic<uint64_t> statistics_{0};
   std::atomic<uint64_t> unpinned_copies_{0};
   int64_t events_recorded_ = 0;
   static thread_local int current_device_;

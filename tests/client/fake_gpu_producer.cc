@@ -9,12 +9,15 @@
 //   --socket PATH --config FILE --ops N --elements n --staging BYTES --delay-us D
 //   --kill-after K   flush after K ops, print "flushed K", dump the rest, then SIGKILL
 //                    itself with copies in flight
+//   --host 1         dump the same tensors from host memory (the reference run)
+//   --nan-every K    element 1 of the output of every op i with i % K == 0 is NaN
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,8 @@ int main(int argc, char** argv) {
   uint64_t ops = 10, elements = 1024;
   int64_t kill_after = -1;
   int delay_us = 200;
+  bool host = false;
+  uint64_t nan_every = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -41,6 +46,10 @@ int main(int argc, char** argv) {
       o.device_staging_bytes = std::strtoull(v, nullptr, 10);
     } else if (k == "--delay-us") {
       delay_us = std::atoi(v);
+    } else if (k == "--host") {
+      host = std::atoi(v) != 0;
+    } else if (k == "--nan-every") {
+      nan_every = std::strtoull(v, nullptr, 10);
     } else if (k == "--kill-after") {
       kill_after = std::strtoll(v, nullptr, 10);
     } else {
@@ -76,6 +85,9 @@ int main(int argc, char** argv) {
       in[k] = static_cast<int32_t>(k + 7 * i);
       out[k] = 0.5f * static_cast<float>(k) + static_cast<float>(i);
     }
+    if (nan_every != 0 && i % nan_every == 0 && elements > 1) {
+      out[1] = std::numeric_limits<float>::quiet_NaN();
+    }
     dumpd::client::Tensor t[2];
     t[0].io = dumpd::Io::kInput;
     t[0].dtype = dumpd::DType::kInt32;
@@ -86,7 +98,7 @@ int main(int argc, char** argv) {
     for (auto& x : t) {
       x.shape = shape;
       x.bytes = bytes;
-      x.memory = dumpd::client::Memory::kCuda;
+      x.memory = host ? dumpd::client::Memory::kHost : dumpd::client::Memory::kCuda;
     }
     const std::string name = "Default/net/Fake-op" + std::to_string(i);
     dumpd::client::OpCall op;
@@ -118,6 +130,6 @@ int main(int argc, char** argv) {
   const auto s = client.stats();
   std::cout << "written " << f.value().tensors_written << " failed " << f.value().tensors_failed
             << " staged " << s.device_records_staged << " records " << s.device_records
-            << std::endl;
+            << " statistics " << s.device_statistics << std::endl;
   return client.close().has_value() ? 0 : 1;
 }

@@ -84,3 +84,63 @@ def test_killed_with_copies_in_flight_keeps_every_committed_record(daemon, workd
         for io in ("input", "output"):
             np.testing.assert_array_equal(np.load(files[op][io]), expected(op, io, n))
     assert daemon.alive()
+
+
+def statistic_rows(root):
+    """statistic.csv rows of the whole tree, keyed by (op name, io, slot), timestamp dropped."""
+    rows = {}
+    for csv in sorted(Path(root).rglob("statistic.csv")):
+        lines = csv.read_text().splitlines()
+        header = lines[0].split(",")
+        ts = header.index("Timestamp")
+        for line in lines[1:]:
+            fields = line.split(",")
+            key = (fields[1], fields[header.index("IO")], fields[header.index("Slot")])
+            rows[key] = fields[:ts] + fields[ts + 1:]
+    return header, rows
+
+
+ALL_VALUE_STATS = ["max", "min", "avg", "count", "negative zero count", "positive zero count",
+                   "nan count", "negative inf count", "positive inf count", "zero count",
+                   "l2norm"]
+
+
+@pytest.mark.parametrize("staging", [0, 1 << 30])
+def test_device_statistics_give_the_csv_the_host_bytes_give(daemon, workdir, staging):
+    """saved_data "statistic": CUDA tensors send 96 bytes of sums computed on the device;
+    statistic.csv must read as it does when the same tensors are dumped from host memory."""
+    rows = {}
+    for mode in ("device", "host"):
+        root = workdir / mode
+        config = write_config(workdir, name=f"{mode}.json", path=str(root),
+                              saved_data="statistic", statistic_category=ALL_VALUE_STATS)
+        out = run(daemon, config, "--ops", 40, "--elements", 5000, "--staging", staging,
+                  "--delay-us", 200, "--nan-every", 7, "--host", int(mode == "host"))
+        assert out.returncode == 0, out.stderr + daemon.logtext()
+        assert "written 80 failed 0" in out.stdout, out.stdout
+        expected_statistics = 80 if mode == "device" else 0
+        assert f"statistics {expected_statistics}" in out.stdout, out.stdout
+        assert not npy_files(root)
+        rows[mode] = statistic_rows(root)
+    header, device_rows = rows["device"]
+    assert header == rows["host"][0]
+    assert len(device_rows) == 80
+    assert device_rows == rows["host"][1]
+    # And the values are the tensors' own: op 3's output is 0.5k + 3, k < 5000.
+    out3 = dict(zip([h for h in header if h != "Timestamp"],
+                    device_rows[("Default/net/Fake-op3", "output", "0")]))
+    assert float(out3["Max Value"]) == pytest.approx(0.5 * 4999 + 3)
+    assert out3["Count"] == "5000"
+    assert out3["Data Size"] == "20000", "the tensor's size, not the 96 bytes sent"
+    assert rows["device"][1][("Default/net/Fake-op7", "output", "0")][
+        header.index("NaN Count") - 1] == "1"
+
+
+def test_overflow_mode_with_device_statistics_keeps_only_ops_with_nan(daemon, workdir):
+    config = write_config(workdir, saved_data="statistic", op_debug_mode=3)
+    out = run(daemon, config, "--ops", 30, "--elements", 512, "--delay-us", 100,
+              "--nan-every", 10)
+    assert out.returncode == 0, out.stderr + daemon.logtext()
+    assert "statistics 60" in out.stdout, out.stdout
+    _, rows = statistic_rows(workdir / "dump")
+    assert {name for name, _, _ in rows} == {f"Default/net/Fake-op{i}" for i in (0, 10, 20)}

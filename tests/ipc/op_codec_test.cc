@@ -96,6 +96,67 @@ TEST(OpCodec, CheckRejectsLimits) {
   EXPECT_FALSE(checkOpSpec(named).has_value());
 }
 
+TEST(OpCodec, StatisticsPayloadsRoundTripTheirKindAndAreExactlyOneStatsPayload) {
+  const int64_t shape[] = {1000, 3};
+  TensorSpec t[2];
+  t[0].io = 0;
+  t[0].shape = shape;
+  t[0].data_bytes = 12000;
+  t[1].io = 1;
+  t[1].shape = shape;
+  t[1].payload = PayloadKind::kStatistics;
+  t[1].data_bytes = sizeof(StatsPayload);
+  OpSpec op;
+  op.op_type = "MatMul";
+  op.op_name = "Default/MatMul-op2";
+  op.tensors = t;
+  ASSERT_TRUE(checkOpSpec(op).has_value());
+  Encoded e = encode(op);
+  StatsPayload p{};
+  p.count = 3000;
+  p.max = 2.5;
+  std::memcpy(e.payloads[1], &p, sizeof p);
+  DecodedOp d;
+  ASSERT_TRUE(decodeOp(e.body.data(), e.body.size(), d).has_value());
+  EXPECT_EQ(d.tensors[0].payload, PayloadKind::kBytes);
+  EXPECT_EQ(d.tensors[0].io, 0);
+  EXPECT_EQ(d.tensors[1].payload, PayloadKind::kStatistics);
+  EXPECT_EQ(d.tensors[1].io, 1) << "the kind bits are not part of io";
+  ASSERT_EQ(d.tensors[1].data_bytes, sizeof(StatsPayload));
+  StatsPayload back;
+  std::memcpy(&back, d.tensors[1].data, sizeof back);
+  EXPECT_EQ(back.count, 3000u);
+  EXPECT_EQ(back.max, 2.5);
+
+  // A statistics payload of any other size is refused on both sides.
+  t[1].data_bytes = sizeof(StatsPayload) + 8;
+  EXPECT_FALSE(checkOpSpec(op).has_value());
+  Encoded wrong = encode(op);
+  auto s = decodeOp(wrong.body.data(), wrong.body.size(), d);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("statistics payload"), std::string::npos) << s.error().message;
+}
+
+TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
+  const int64_t shape[] = {4};
+  TensorSpec t;
+  t.shape = shape;
+  t.data_bytes = 16;
+  OpSpec op;
+  op.op_type = "Relu";
+  op.op_name = "n";
+  op.tensors = std::span<const TensorSpec>(&t, 1);
+  // The io byte of tensor 0 is the first byte of its descriptor: body offset 32 + 8.
+  for (uint8_t io : {uint8_t{0x02}, uint8_t{0x08}, uint8_t{0x21}, uint8_t{0xf0}}) {
+    Encoded e = encode(op);
+    std::memcpy(e.body.data() + 40, &io, 1);
+    DecodedOp d;
+    auto s = decodeOp(e.body.data(), e.body.size(), d);
+    ASSERT_FALSE(s.has_value()) << "io byte " << int{io};
+    EXPECT_NE(s.error().message.find("io value"), std::string::npos);
+  }
+}
+
 TEST(OpCodec, TruncatedBodiesAreRejected) {
   const int64_t shape[] = {4};
   TensorSpec t;

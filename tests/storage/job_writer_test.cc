@@ -294,6 +294,110 @@ TEST_F(JobWriterTest, OverflowModeWritesOnlyOpsWithNonFiniteOutputs) {
   for (auto& f : files) EXPECT_NE(f.find("Default_Over-op2"), std::string::npos);
 }
 
+// Sums of float32 values the way a device kernel would send them (sequential here).
+StatSums sumsOf(const std::vector<float>& values) {
+  StatSums s;
+  s.count = values.size();
+  for (float f : values) {
+    const double x = f;
+    if (std::isnan(x)) {
+      ++s.nan;
+      continue;
+    }
+    s.max = std::max(s.max, x);
+    s.min = std::min(s.min, x);
+    s.sum += x;
+    s.sum_squares += x * x;
+    s.negative += x < 0;
+    s.positive += x > 0;
+    s.zero += x == 0;
+    s.negative_inf += x == -std::numeric_limits<double>::infinity();
+    s.positive_inf += x == std::numeric_limits<double>::infinity();
+  }
+  return s;
+}
+
+// The same op with every tensor's bytes replaced by its sums.
+struct SummedOp {
+  OwnedOp op;
+  std::vector<StatSums> sums;
+  std::vector<TensorView> views;
+  OpRecord record() {
+    OpRecord r = op.record();
+    views.assign(r.tensors.begin(), r.tensors.end());
+    for (size_t i = 0; i < views.size(); ++i) {
+      views[i].data = {};
+      views[i].sums = &sums[i];
+    }
+    r.tensors = views;
+    return r;
+  }
+};
+
+TEST_F(JobWriterTest, DeviceStatisticsWriteTheRowsTheBytesWould) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> values = {
+      {1.5f, -2.25f, 0.0f, -0.0f, 3e7f, 1e-7f},
+      {kNan, 1.0f, -inf, 2.0f, kNan, 0.0f},
+      {inf, -inf, 5.0f, -5.0f, 0.0f, 1.0f},
+  };
+  OwnedOp bytes;
+  SummedOp summed;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Io io = i == 2 ? Io::kOutput : Io::kInput;
+    bytes.tensors.push_back(floatTensor(io, static_cast<uint32_t>(i), {2, 3}, values[i]));
+    summed.sums.push_back(sumsOf(values[i]));
+  }
+  summed.op = bytes;
+  config::DumpPlan plan = makePlan(config::SavedData::kStatistic);
+  plan.statistic_category = testing::valueCategories();
+  auto w = make(plan);
+  ASSERT_TRUE(w->writeOp(bytes.record()));
+  auto other = std::make_shared<MemoryFileSystem>();
+  auto w2 = JobWriter::create(other, plan, {});
+  ASSERT_TRUE(w2.has_value());
+  auto r = w2.value()->writeOp(summed.record());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r.value().tensors_written, 3u);
+  const std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(other->readFile("rank_0/Net/0/0/statistic.csv").value_or(""), csv);
+  EXPECT_NE(csv.find(",24,float32,"), std::string::npos) << "Data Size is the tensor's bytes";
+  EXPECT_NE(csv.find("nan"), std::string::npos);
+}
+
+TEST_F(JobWriterTest, DeviceStatisticsThatDisagreeWithTheShapeOrPlanAreRefused) {
+  OwnedOp op;
+  op.tensors.push_back(floatTensor(Io::kOutput, 0, {4}, {1, 2, 3, 4}));
+  SummedOp wrong_count{op, {sumsOf({1, 2, 3})}, {}};
+  auto w = make(makePlan(config::SavedData::kStatistic));
+  auto r = w->writeOp(wrong_count.record());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("device statistics count 3"), std::string::npos);
+
+  SummedOp fine{op, {sumsOf({1, 2, 3, 4})}, {}};
+  auto full = JobWriter::create(std::make_shared<MemoryFileSystem>(),
+                                makePlan(config::SavedData::kFull), {});
+  ASSERT_TRUE(full.has_value());
+  r = full.value()->writeOp(fine.record());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("saves tensors"), std::string::npos) << r.error().message;
+}
+
+TEST_F(JobWriterTest, OverflowModeDecidesFromDeviceStatistics) {
+  config::DumpPlan plan = makePlan(config::SavedData::kStatistic);
+  plan.op_debug_mode = 3;
+  auto w = make(plan);
+  SummedOp clean{overflowOp(false, true, "Default/InNan-op0"), {}, {}};
+  clean.sums = {sumsOf({1, kNan}), sumsOf({3, 4})};
+  SummedOp over{overflowOp(true, false, "Default/Over-op1"), {}, {}};
+  over.sums = {sumsOf({1, 2}), sumsOf({3, kNan})};
+  EXPECT_EQ(w->writeOp(clean.record()).value().tensors_written, 0u);
+  EXPECT_EQ(w->writeOp(over.record()).value().tensors_written, 2u);
+  const std::string csv = read("rank_0/Net/0/0/statistic.csv");
+  EXPECT_EQ(csv.find("InNan"), std::string::npos);
+  EXPECT_NE(csv.find("Default/Over-op1"), std::string::npos);
+}
+
 TEST_F(JobWriterTest, OverflowNumberStopsAfterNOps) {
   config::DumpPlan plan = makePlan(config::SavedData::kTensor);
   plan.op_debug_mode = 3;

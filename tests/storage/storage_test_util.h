@@ -50,6 +50,22 @@ inline config::DumpPlan makePlan(config::SavedData saved = config::SavedData::kF
   return plan;
 }
 
+// Every category computed from the values (all but the hashes), in MindSpore's order.
+inline std::vector<config::StatCategory> valueCategories() {
+  using config::StatCategory;
+  return {StatCategory::kMax,
+          StatCategory::kMin,
+          StatCategory::kAvg,
+          StatCategory::kCount,
+          StatCategory::kNegativeZeroCount,
+          StatCategory::kPositiveZeroCount,
+          StatCategory::kNanCount,
+          StatCategory::kNegativeInfCount,
+          StatCategory::kPositiveInfCount,
+          StatCategory::kZeroCount,
+          StatCategory::kL2Norm};
+}
+
 // A tensor that owns its bytes and shape; view() borrows them.
 struct OwnedTensor {
   Io io = Io::kOutput;
