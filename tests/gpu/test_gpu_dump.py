@@ -150,3 +150,85 @@ def test_flush_waits_for_copies_and_many_records_stay_in_order(daemon, tmp_path)
         i = int(f.op_name.rsplit("-op", 1)[1])
         a = f.load()
         assert a.shape == (refs[i],) and (a == i).all()
+
+
+VALUE_STATS = ["max", "min", "avg", "count", "negative zero count", "positive zero count",
+               "nan count", "negative inf count", "positive inf count", "zero count", "l2norm"]
+
+
+def csv_rows(root):
+    """statistic.csv rows keyed by op name, the Timestamp column dropped."""
+    rows = {}
+    for csv in Path(root).rglob("statistic.csv"):
+        lines = csv.read_text().splitlines()
+        ts = lines[0].split(",").index("Timestamp")
+        for line in lines[1:]:
+            fields = line.split(",")
+            rows[(fields[1], fields[5], fields[6])] = fields[:ts] + fields[ts + 1:]
+    return rows
+
+
+def special_tensor(dtype, shape):
+    """A random tensor with zeros, and for floating types nan/inf, sprinkled in."""
+    t = random_tensor(dtype, shape)
+    flat = t.view(-1)
+    if dtype != torch.bool:
+        flat[::17] = 0
+    if dtype.is_floating_point and flat.numel() > 11:
+        flat[5] = float("inf")
+        flat[9] = float("-inf")
+        if shape[0] == 3:
+            flat[11] = float("nan")
+    return t
+
+
+def host_item(t):
+    """The dump_op item of the same tensor in host memory (bfloat16 as its raw bits)."""
+    t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return (t.view(torch.int16).numpy(), "bfloat16")
+    return t.numpy()
+
+
+@pytest.mark.parametrize("staging", [0, 1 << 30])
+def test_device_statistics_read_as_the_host_statistics_of_the_same_tensors(daemon, tmp_path,
+                                                                           staging):
+    tensors = []
+    for i, dtype in enumerate(DTYPES):
+        for shape in ((1,), (257, 33), (3, 1 << 20)):
+            tensors.append((f"Default/Stat-op{len(tensors)}", special_tensor(dtype, shape)))
+    rows = {}
+    for where in ("cuda", "cpu"):
+        root = tmp_path / where
+        root.mkdir()
+        config = make_config(root, saved_data="statistic", statistic_category=VALUE_STATS)
+        with dumpd.Client(str(config), socket=daemon.socket, device_staging_bytes=staging) as c:
+            for name, t in tensors:
+                x = t if where == "cuda" else host_item(t)
+                c.dump_op("Stat", name, outputs=[x])
+            counts = c.flush()
+            stats = c.stats()
+        assert counts["tensors_written"] == len(tensors), counts
+        assert stats["device_statistics"] == (len(tensors) if where == "cuda" else 0)
+        assert not dump_files(root / "dump"), "statistic mode writes no .npy"
+        rows[where] = csv_rows(root / "dump")
+    assert len(rows["cuda"]) == len(tensors)
+    for key, host_row in rows["cpu"].items():
+        assert rows["cuda"][key] == host_row, key
+
+
+def test_overflow_mode_with_device_statistics_dumps_exactly_the_ops_with_inf_or_nan(daemon,
+                                                                                     tmp_path):
+    config = make_config(tmp_path, saved_data="statistic", op_debug_mode=3)
+    overflowing = set()
+    with dumpd.Client(str(config), socket=daemon.socket) as c:
+        for i in range(40):
+            x = torch.randn(4096, device="cuda", dtype=torch.float16)
+            y = x * (70000.0 if i % 9 == 0 else 1.0)  # float16 overflows to inf
+            if i % 13 == 0:
+                y[7] = float("nan")
+            if i % 9 == 0 or i % 13 == 0:
+                overflowing.add(f"Default/Scale-op{i}")
+            c.dump_op("Scale", f"Default/Scale-op{i}", inputs=[x], outputs=[y])
+        c.flush()
+    assert {name for name, _, _ in csv_rows(tmp_path / "dump")} == overflowing
