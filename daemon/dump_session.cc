@@ -1,4 +1,9 @@
 #include "daemon/dump_session.h"
+
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "base/saturating.h"
 
 #include <spdlog/spdlog.h>
@@ -85,6 +90,9 @@ void DumpSession::requestStop(std::chrono::steady_clock::time_point deadline) {
 void DumpSession::run() {
   // Set-up too: compiling a hostile job config's patterns then only takes idle CPU time.
   applyWorkerPriority(ctx_.settings.workers_idle_priority);
+  if (peer_.pid > 0) {
+    producer_pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, peer_.pid, 0)));
+  }
   if (setUp()) {
     drainLoop();
     drain_->finish();
@@ -235,6 +243,15 @@ void DumpSession::drainLoop() {
       // not inside a record now, it never starts another one, and the head we read next is
       // final (the busy store of its last commit follows that commit's head store).
       if (!ring.producerBusy() && !ring.hasData()) return;
+      if (!ring.hasData() && producerExited()) {
+        // A client killed with device copies in flight leaves reservations open forever.
+        spdlog::warn(
+            "session {}: the client (pid {}) exited with records still being filled; "
+            "those are not written",
+            id_, peer_.pid);
+        drain_->warnings().note("the client exited with records still being filled");
+        return;
+      }
       if (toNs(now) >= stop_deadline_ns_.load(std::memory_order_relaxed)) {
         spdlog::warn(
             "session {}: the client stayed inside a record past the shutdown deadline; "
@@ -249,6 +266,13 @@ void DumpSession::drainLoop() {
     maybeRefresh();
     ring.waitForData(kIdleWaitMs);
   }
+}
+
+bool DumpSession::producerExited() const {
+  if (!producer_pidfd_.valid()) return false;
+  // A pidfd polls readable once the process has exited (all of its threads).
+  pollfd p{producer_pidfd_.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
 void DumpSession::endCorrupt(const std::string& message) {

@@ -99,10 +99,11 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   void postError(v1::Error::Code code, const std::string& message);
   // The client's ring is corrupt: note, log, tell the client; the drain loop then returns.
   void endCorrupt(const std::string& message);
-  void onRecordsDone();     // any thread
-  void checkFlushes();      // io thread
-  void onThreadDone();      // io thread
-  void refreshFreeBytes();  // session thread
+  void onRecordsDone();         // any thread
+  void checkFlushes();          // io thread
+  void onThreadDone();          // io thread
+  void refreshFreeBytes();      // session thread
+  bool producerExited() const;  // session thread
 
   SessionContext ctx_;
   const std::weak_ptr<Connection> connection_;
@@ -111,6 +112,9 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   const v1::Hello hello_;
   UniqueFd ring_fd_;  // handed to set-up
   UniqueFd root_fd_;
+  // The client process (pidfd_open of its SO_PEERCRED pid; invalid where unsupported): once
+  // it has exited, a reservation it left open will never be committed.
+  UniqueFd producer_pidfd_;
   const std::chrono::steady_clock::time_point started_;
   std::thread thread_;
 

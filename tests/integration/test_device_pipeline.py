@@ -76,6 +76,13 @@ def test_killed_with_copies_in_flight_keeps_every_committed_record(daemon, workd
         time.sleep(0.1)
     files = files_by_op(workdir / "dump")
     assert set(range(50)) <= set(files), "every op flushed before the kill is on disk"
+    # The dead client's reservations stay open forever: the daemon sees it exited and ends
+    # the session at once instead of waiting out shutdown_timeout_ms (30 s).
+    deadline = time.monotonic() + 10
+    while daemon.status()["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not daemon.status()["sessions"], daemon.logtext()
+    assert "exited with records still being filled" in daemon.logtext()
     ops = sorted(files)
     assert ops == list(range(len(ops))), "committed records form a prefix: none skipped"
     assert len(ops) < 200, "ops still in flight at the kill were never committed"

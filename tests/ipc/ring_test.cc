@@ -45,7 +45,12 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RingControl, dropped_tensors), 328u);
   EXPECT_EQ(offsetof(RingControl, closing), 384u);
   EXPECT_EQ(offsetof(RingControl, producer_busy), 448u);
-  EXPECT_EQ(kRingVersion, 3u);
+  EXPECT_EQ(kRingVersion, 4u);
+  EXPECT_EQ(sizeof(StatsPayload), 96u);
+  EXPECT_EQ(offsetof(StatsPayload, max), 56u);
+  EXPECT_EQ(offsetof(StatsPayload, sum_squares), 80u);
+  EXPECT_EQ(static_cast<int>(PayloadKind::kStatistics), 1);
+  EXPECT_EQ(kPayloadKindShift, 4);
   EXPECT_EQ(offsetof(RecordHeader, length), 16u);
   EXPECT_EQ(offsetof(RecordHeader, sequence), 24u);
   EXPECT_EQ(offsetof(TensorDesc, data_offset), 16u);
