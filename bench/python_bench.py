@@ -93,11 +93,15 @@ def training(args):
     torch.set_num_threads(2)
     rounds, per_block = (2, 2) if args.quick else (4, 3)
     batch, size = 16, 227
-    modes = {m: Trainer(batch, size) for m in ("none", "dumpd", "npsave")}
+    modes = {m: Trainer(batch, size) for m in ("none", "dumpd", "dumpd_copy", "npsave")}
 
-    client = dumpd.Client(config=job_config(Path(args.dir) / "dump", "AlexNet"),
-                          socket=args.socket, ring_bytes=1 << 30, backpressure="block")
-    handle = dumpd.torch.attach(modes["dumpd"].model, client)
+    # "dumpd": dump once (repeated tensors sent as references, files hard-linked);
+    # "dumpd_copy": dump_once=False, every tensor's bytes shipped (the reference for it).
+    clients = {m: dumpd.Client(config=job_config(Path(args.dir) / m, "AlexNet"),
+                               socket=args.socket, ring_bytes=1 << 30, backpressure="block",
+                               dump_once=(m == "dumpd"))
+               for m in ("dumpd", "dumpd_copy")}
+    handles = [dumpd.torch.attach(modes[m].model, c) for m, c in clients.items()]
 
     save_dir = Path(args.dir) / "npsave"
     save_dir.mkdir(parents=True, exist_ok=True)
@@ -115,26 +119,36 @@ def training(args):
 
     for t in modes.values():  # warm-up step each (allocator, first-touch of weights)
         t.step()
-    client.flush()
+    for c in clients.values():
+        c.flush()
     times = {m: [] for m in modes}
     it = 0
     for _ in range(rounds):
         for mode, trainer in modes.items():
             for _ in range(per_block):
-                if mode == "dumpd":
+                if mode in clients:
                     it += 1
-                    dumpd.torch.step(client, it)
+                    dumpd.torch.step(clients[mode], it)
                 times[mode].append(trainer.step())
-            client.flush()
+            for c in clients.values():
+                c.flush()
             os.sync()
-    bytes_per_step = client.stats()["bytes_committed"] / (1 + rounds * per_block)
-    handle.remove()
-    client.close()
+    steps = 1 + rounds * per_block
+    stats = {m: c.stats() for m, c in clients.items()}
+    for h in handles:
+        h.remove()
+    for c in clients.values():
+        c.close()
     med = {m: statistics.median(v) for m, v in times.items()}
     print(json.dumps({"bench": "training", "batch": batch, "size": size,
                       "steps": rounds * per_block, "step_s_none": med["none"],
-                      "step_s_dumpd": med["dumpd"], "step_s_npsave": med["npsave"],
-                      "dump_bytes_per_step": bytes_per_step}), flush=True)
+                      "step_s_dumpd": med["dumpd"], "step_s_dumpd_copy": med["dumpd_copy"],
+                      "step_s_npsave": med["npsave"],
+                      "dump_bytes_per_step": stats["dumpd"]["bytes_committed"] / steps,
+                      "dump_bytes_per_step_copy": stats["dumpd_copy"]["bytes_committed"] / steps,
+                      "tensors_per_step": stats["dumpd"]["tensors_committed"] / steps,
+                      "repeats_per_step": stats["dumpd"]["tensors_deduplicated"] / steps}),
+          flush=True)
 
 
 def main():

@@ -160,6 +160,11 @@ def main():
                 base = l["step_s_none"]
                 row("5. AlexNet step with dumpd vs no dump", l["step_s_dumpd"], base,
                     l["step_s_dumpd"] / base, "<= 1.10", "s/step")
+                row("5. AlexNet step, dump_once off, vs no dump", l["step_s_dumpd_copy"], base,
+                    l["step_s_dumpd_copy"] / base, "(reference)", "s/step")
+                row("5. AlexNet bytes to the ring per step, dump once / off",
+                    l["dump_bytes_per_step"] / 1e6, l["dump_bytes_per_step_copy"] / 1e6,
+                    l["dump_bytes_per_step"] / l["dump_bytes_per_step_copy"], "< 1", "MB")
                 row("5. AlexNet step with sync np.save vs no dump", l["step_s_npsave"], base,
                     l["step_s_npsave"] / base, "(reference)", "s/step")
                 over_d = max(l["step_s_dumpd"] - base, 1e-9)

@@ -14,6 +14,7 @@
 
 #include "base/element_count.h"
 #include "client/device_pipeline.h"
+#include "client/dump_once.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
@@ -87,6 +88,7 @@ Counts countsFromWire(const v1::Counts& c, const std::string& last_error) {
   out.tensors_failed = c.tensors_failed();
   out.bytes_written = c.bytes_written();
   out.tensors_filtered = c.tensors_filtered();
+  out.tensors_linked = c.tensors_linked();
   out.last_error = last_error;
   return out;
 }
@@ -120,6 +122,15 @@ struct Client::Impl {
   std::vector<std::byte*> payloads;
   std::vector<int64_t> shape_scratch;
   std::vector<DeviceCopy> device_copies;
+  // Dump once: what this step sent, and this op's references (spec index -> target; a
+  // target sequence of 0 is a tensor of the record being built).
+  DumpOnceTable once;
+  struct SameRef {
+    size_t spec;
+    DumpOnceTable::Ref target;
+  };
+  std::vector<SameRef> same_refs;
+  std::vector<size_t> memo_specs;
   // Device tensors: created at the first one. Declared after `ring`: destroyed first (it
   // unpins the ring and must wait for copies into it).
   std::unique_ptr<DevicePipeline> pipeline;
@@ -156,6 +167,25 @@ struct Client::Impl {
       device = t.device;
     }
     return device;
+  }
+
+  // Dump once: makes `s`, the spec of `t` about to be appended to `specs`, a reference when
+  // `t` repeats a tensor sent this step or earlier in this op; else flags it to be remembered.
+  void markRepeat(const Tensor& t, ipc::TensorSpec& s) {
+    std::optional<DumpOnceTable::Ref> target = once.find(t);
+    for (size_t j = 0; !target && j < memo_specs.size(); ++j) {  // twice in one op: x + x
+      if (DumpOnceTable::sameTensor(*selected[memo_specs[j]], t)) {
+        target = DumpOnceTable::Ref{0, static_cast<uint32_t>(memo_specs[j])};
+      }
+    }
+    if (target) {
+      s.payload = ipc::PayloadKind::kSame;
+      s.data_bytes = sizeof(ipc::SamePayload);
+      same_refs.push_back({specs.size(), *target});
+    } else if (once.canRemember(memo_specs.size())) {
+      s.memo = true;
+      memo_specs.push_back(specs.size());
+    }
   }
 
   void updateStepSelected() {
@@ -373,6 +403,7 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   if (iteration == m.iteration && graph_id == m.graph_id) return {};
   m.iteration = iteration;
   m.graph_id = graph_id;
+  m.once.clear();
   m.updateStepSelected();
   v1::Control ctl;
   ctl.mutable_step()->set_graph_id(graph_id);
@@ -392,10 +423,10 @@ Result<Reservation> Client::reserveOp(const OpCall& op) {
                        "reserveOp takes host tensors only; dump CUDA tensors with dumpOp");
     }
   }
-  return reserve(op);
+  return reserve(op, /*dump_once=*/false);
 }
 
-Result<Reservation> Client::reserve(const OpCall& op) {
+Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   Impl& m = *impl_;
   Reservation res;
   if (m.closed || !m.fatal.empty()) return m.dead();
@@ -405,6 +436,10 @@ Result<Reservation> Client::reserve(const OpCall& op) {
   }
   m.specs.clear();
   m.selected.clear();
+  m.same_refs.clear();
+  m.memo_specs.clear();
+  // Not in overflow mode: there the daemon decides per op from the bytes whether to write.
+  dump_once = dump_once && m.options.dump_once && m.plan.op_debug_mode != 3;
   const uint64_t ts = nowMicros();
   uint64_t payload_bytes = 0;
   for (const Tensor& t : op.tensors) {
@@ -439,6 +474,7 @@ Result<Reservation> Client::reserve(const OpCall& op) {
       s.payload = ipc::PayloadKind::kStatistics;
       s.data_bytes = sizeof(ipc::StatsPayload);
     }
+    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(t, s);
     m.specs.push_back(s);
     m.selected.push_back(&t);
     payload_bytes += s.data_bytes;
@@ -468,6 +504,16 @@ Result<Reservation> Client::reserve(const OpCall& op) {
   }
   m.payloads.resize(m.specs.size());
   ipc::writeOpDescriptors(p.value(), spec, m.payloads);
+  const uint64_t sequence = m.ring->reservedSequence();
+  for (const Impl::SameRef& r : m.same_refs) {
+    const ipc::SamePayload same{r.target.sequence == 0 ? sequence : r.target.sequence,
+                                r.target.tensor, 0};
+    std::memcpy(m.payloads[r.spec], &same, sizeof same);
+  }
+  for (size_t i : m.memo_specs) {
+    m.once.remember(*m.selected[i], {sequence, static_cast<uint32_t>(i)});
+  }
+  m.stats.tensors_deduplicated += m.same_refs.size();
   res.payloads_.resize(m.specs.size());
   for (size_t i = 0; i < m.specs.size(); ++i) {
     res.payloads_[i] = std::span<std::byte>(m.payloads[i], m.specs[i].data_bytes);
@@ -502,14 +548,14 @@ Result<bool> Client::dumpOp(const OpCall& op) {
     if (Status s = m.ensurePipeline(); !s) return s.error();
   }
   // reserve() fills m.payloads in the order of m.selected.
-  auto r = reserve(op);
+  auto r = reserve(op, /*dump_once=*/true);
   if (!r) return r.error();
   Reservation& res = r.value();
   if (!res.active()) return false;
   m.device_copies.clear();
   for (size_t i = 0; i < m.selected.size(); ++i) {
     const Tensor* t = m.selected[i];
-    if (t->bytes == 0) continue;
+    if (t->bytes == 0 || m.specs[i].payload == ipc::PayloadKind::kSame) continue;
     if (t->memory == Memory::kCuda) {
       DeviceCopy c{m.payloads[i], t->data, t->bytes};
       if (m.specs[i].payload == ipc::PayloadKind::kStatistics) {

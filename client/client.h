@@ -42,6 +42,9 @@ struct Options {
   // Device tensors: bytes of device memory per GPU for snapshots in flight (0: copy
   // device-to-host on the producer's stream, no snapshot buffer). See docs/configuration.md.
   uint64_t device_staging_bytes = 1ull << 30;
+  // Dump each tensor once: a tensor whose Tensor::identity repeats one already dumped in the
+  // step is sent as a reference to it (dumpOp only). Off: every tensor ships its bytes.
+  bool dump_once = true;
   // The device implementation; nullptr: CUDA, created at the first CUDA tensor. Tests pass
   // a fake one.
   std::shared_ptr<DeviceApi> device_api;
@@ -62,6 +65,12 @@ struct Tensor {
   std::string_view format = "DefaultFormat";
   Memory memory = Memory::kHost;
   int device = 0;  // CUDA device ordinal of `data` when memory is kCuda
+  // Dump once (Options::dump_once): nonzero names the tensor's current contents. Within one
+  // step (setStep), tensors given the same identity must hold the same bytes, dtype and
+  // shape at the same address; all but the first are sent as references to it (the daemon
+  // links its file). 0: always send the bytes. The caller must change the identity when the
+  // contents change (torch: the tensor's version counter does).
+  uint64_t identity = 0;
 };
 
 struct OpCall {
@@ -84,6 +93,7 @@ struct Counts {
   uint64_t tensors_failed = 0;
   uint64_t bytes_written = 0;
   uint64_t tensors_filtered = 0;
+  uint64_t tensors_linked = 0;  // of tensors_written: dump once, linked from a repeated tensor
   std::string last_error;
 };
 
@@ -107,6 +117,7 @@ struct Stats {
   uint64_t device_records_failed = 0;  // voided because a device copy failed
   uint64_t device_in_flight = 0;       // records whose copies have not completed yet
   uint64_t device_statistics = 0;      // tensors whose statistics the device computed
+  uint64_t tensors_deduplicated = 0;   // sent as a reference to an earlier tensor (dump once)
 };
 
 // A zero-copy reservation: write each tensor's bytes at payload(i), then commitOp().
@@ -181,7 +192,7 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Impl> impl);
-  Result<Reservation> reserve(const OpCall& op);
+  Result<Reservation> reserve(const OpCall& op, bool dump_once);
   std::unique_ptr<Impl> impl_;
 };
 

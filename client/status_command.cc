@@ -20,7 +20,8 @@ nlohmann::json countsJson(const v1::Counts& c) {
           {"bytes_written", c.bytes_written()},
           {"tensors_dropped", c.tensors_dropped()},
           {"tensors_failed", c.tensors_failed()},
-          {"tensors_filtered", c.tensors_filtered()}};
+          {"tensors_filtered", c.tensors_filtered()},
+          {"tensors_linked", c.tensors_linked()}};
 }
 
 std::string human(double bytes) {

@@ -20,7 +20,13 @@ struct OpTask {
   std::vector<storage::TensorView> views;
   // Device statistics, copied out of shared memory (sized once: views point into it).
   std::vector<storage::StatSums> sums;
+  // Dump once: the memos the views name (theirs, and those of the tensors they repeat).
+  std::vector<std::shared_ptr<storage::TensorMemo>> memos;
 };
+
+uint64_t memoKey(uint64_t sequence, uint32_t tensor) {
+  return sequence * ipc::kMaxTensorsPerRecord + tensor;
+}
 
 storage::StatSums sumsFromWire(const std::byte* data) {
   ipc::StatsPayload p;
@@ -138,13 +144,19 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     const auto dtype = static_cast<DType>(t.dtype);
     const auto elements = elementCount(op.shape(t));
     const bool sums = t.payload == ipc::PayloadKind::kStatistics;
+    const bool repeat = t.payload == ipc::PayloadKind::kSame;
+    if (repeat && plan_.op_debug_mode == 3) {
+      return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
+                  std::string(op.opName()) +
+                  " repeats an earlier one, but overflow mode needs every tensor's bytes");
+    }
     if (sums && (!plan_.statisticsFromSums() || !storage::hasStatistics(dtype))) {
       return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
                   std::string(op.opName()) +
                   " carries device statistics, but the job needs its bytes (saved_data, "
                   "statistic_category or dtype)");
     }
-    if (!elements || (!sums && sourceBytes(dtype, *elements) != t.data_bytes)) {
+    if (!elements || (!sums && !repeat && sourceBytes(dtype, *elements) != t.data_bytes)) {
       return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
                   std::string(op.opName()) + " has " + std::to_string(t.data_bytes) +
                   " bytes, which does not match its shape and dtype");
@@ -161,12 +173,25 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     v.shape = op.shape(t);
     v.format = op.format(t);
     v.timestamp_us = t.timestamp_us;
-    if (sums) {
+    if (repeat) {
+      std::shared_ptr<storage::TensorMemo> source = repeatedTensor(r.sequence, op, t);
+      if (source == nullptr) continue;  // counted as failed, with a warning
+      v.same_as = source.get();
+      task->memos.push_back(std::move(source));
+    } else if (sums) {
       if (task->sums.empty()) task->sums.reserve(op.tensors.size());
       task->sums.push_back(sumsFromWire(t.data));
       v.sums = &task->sums.back();
     } else {
       v.data = std::span<const std::byte>(t.data, t.data_bytes);
+    }
+    if (t.memo && *elements != 0 && memos_.size() < ipc::kMaxMemoTensorsPerStep) {
+      const auto index = static_cast<uint32_t>(&t - op.tensors.data());
+      auto memo = std::make_shared<storage::TensorMemo>(
+          op.graph_id, op.iteration, dtype, std::vector<int64_t>(v.shape.begin(), v.shape.end()));
+      memos_.emplace(memoKey(r.sequence, index), memo);
+      v.memo = memo.get();
+      task->memos.push_back(std::move(memo));
     }
     task->views.push_back(v);
     bytes += t.data_bytes;
@@ -195,6 +220,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     c.tensors_written.fetch_add(done.tensors_written, std::memory_order_relaxed);
     c.tensors_dropped.fetch_add(done.tensors_dropped, std::memory_order_relaxed);
     c.bytes_written.fetch_add(done.bytes_written, std::memory_order_relaxed);
+    c.tensors_linked.fetch_add(done.tensors_linked, std::memory_order_relaxed);
     if (!out) {
       // The failing tensor and every one after it in this record.
       c.tensors_failed.fetch_add(task->views.size() - done.tensors_written - done.tensors_dropped,
@@ -204,6 +230,34 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     self->release_.markDone(slot);
   });
   return true;
+}
+
+uint64_t RingDrain::sameKey(const ipc::DecodedTensor& t) {
+  ipc::SamePayload same;
+  std::memcpy(&same, t.data, sizeof same);
+  if (same.tensor >= ipc::kMaxTensorsPerRecord || same.sequence > UINT64_MAX / 8192) return 0;
+  return memoKey(same.sequence, same.tensor);
+}
+
+std::shared_ptr<storage::TensorMemo> RingDrain::repeatedTensor(uint64_t sequence,
+                                                               const ipc::DecodedOp& op,
+                                                               const ipc::DecodedTensor& t) {
+  auto it = memos_.find(sameKey(t));
+  std::shared_ptr<storage::TensorMemo> m = it == memos_.end() ? nullptr : it->second;
+  const auto shape = op.shape(t);
+  if (m != nullptr && m->graphId() == op.graph_id && m->iteration() == op.iteration &&
+      m->dtype() == static_cast<DType>(t.dtype) &&
+      std::equal(shape.begin(), shape.end(), m->shape().begin(), m->shape().end())) {
+    return m;
+  }
+  counters_.tensors_failed.fetch_add(1, std::memory_order_relaxed);
+  warnings_.warn("record " + std::to_string(sequence) + ": a tensor of " +
+                 std::string(op.opName()) +
+                 (m == nullptr ? " repeats a tensor this step did not dump (lost, or over the "
+                                 "limit of remembered tensors)"
+                               : " repeats a tensor of another step, dtype or shape") +
+                 "; it is not written");
+  return nullptr;
 }
 
 bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
@@ -282,6 +336,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
 }
 
 void RingDrain::completeStep() {
+  memos_.clear();  // a new step repeats nothing of the last one
   release_.waitIdle();
   publishSnapshot();
   if (!filter_.iterationSelected(step_iteration_)) return;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/snapshot.h"
@@ -19,9 +20,11 @@
 #include "config/filter.h"
 #include "daemon/release_queue.h"
 #include "daemon/session_warnings.h"
+#include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
 #include "storage/job_writer.h"
+#include "storage/tensor_memo.h"
 #include "storage/writer_pool.h"
 
 namespace dumpd::daemon {
@@ -34,6 +37,7 @@ struct DrainCounters {
   std::atomic<uint64_t> tensors_failed{0};
   std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> tensors_filtered{0};
+  std::atomic<uint64_t> tensors_linked{0};  // dump once: files linked from a repeated tensor
 };
 
 // Figures the session thread refreshes for status (the io thread reads them as a Snapshot).
@@ -82,6 +86,11 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool handleControl(const ipc::RingConsumer::Record& r);
   void completeStep();
   bool fail(std::string message);
+  // Dump once: the memo a PayloadKind::kSame tensor names (key 0 when malformed), and the
+  // checked memo of the tensor `t` repeats (null: counted as failed, with a warning).
+  static uint64_t sameKey(const ipc::DecodedTensor& t);
+  std::shared_ptr<storage::TensorMemo> repeatedTensor(uint64_t sequence, const ipc::DecodedOp& op,
+                                                      const ipc::DecodedTensor& t);
   // Dropped tensors reported by the client since the last manifest line (never negative).
   uint64_t takeClientDropped();
 
@@ -108,6 +117,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint32_t step_graph_ = 0;
   uint32_t step_iteration_ = 0;
   uint64_t client_dropped_reported_ = 0;
+  // Dump once: the memos of this step's flagged tensors, by memoKey(sequence, tensor index).
+  std::unordered_map<uint64_t, std::shared_ptr<storage::TensorMemo>> memos_;
 };
 
 }  // namespace dumpd::daemon

@@ -51,6 +51,10 @@ Status checkOpSpec(const OpSpec& op) {
           ErrorCode::kInvalidArgument,
           "a statistics payload is " + std::to_string(sizeof(StatsPayload)) + " bytes");
     }
+    if (t.payload == PayloadKind::kSame && t.data_bytes != sizeof(SamePayload)) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "a same-as payload is " + std::to_string(sizeof(SamePayload)) + " bytes");
+    }
   }
   return {};
 }
@@ -82,7 +86,8 @@ void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*>
     const TensorSpec& t = op.tensors[i];
     data_off = payloadOffset(data_off);
     TensorDesc d{};
-    d.io = static_cast<uint8_t>(t.io | (static_cast<uint8_t>(t.payload) << kPayloadKindShift));
+    d.io = static_cast<uint8_t>(t.io | (t.memo ? kMemoBit : 0) |
+                                (static_cast<uint8_t>(t.payload) << kPayloadKindShift));
     d.dtype = t.dtype;
     d.ndim = static_cast<uint8_t>(t.shape.size());
     d.format_len = static_cast<uint8_t>(t.format.size());
@@ -133,8 +138,8 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     off += sizeof d;
     if (d.ndim > kMaxDims) return bad("tensor with " + std::to_string(d.ndim) + " dims");
     const uint8_t kind = d.io >> kPayloadKindShift;
-    if ((d.io & ~kIoBit & ((1u << kPayloadKindShift) - 1)) != 0 ||
-        kind > static_cast<uint8_t>(PayloadKind::kStatistics)) {
+    if ((d.io & ~(kIoBit | kMemoBit) & ((1u << kPayloadKindShift) - 1)) != 0 ||
+        kind > static_cast<uint8_t>(PayloadKind::kSame)) {
       return bad("io value " + std::to_string(d.io));
     }
     if (d.format_len > kMaxFormatBytes) return bad("format longer than 64 bytes");
@@ -145,6 +150,7 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     DecodedTensor t{};
     t.io = d.io & kIoBit;
     t.payload = static_cast<PayloadKind>(kind);
+    t.memo = (d.io & kMemoBit) != 0;
     t.dtype = d.dtype;
     t.slot = d.slot;
     t.timestamp_us = d.timestamp_us;
@@ -166,6 +172,10 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     }
     if (t.payload == PayloadKind::kStatistics && d.data_bytes != sizeof(StatsPayload)) {
       return bad("statistics payload of tensor " + std::to_string(i) + " is " +
+                 std::to_string(d.data_bytes) + " bytes");
+    }
+    if (t.payload == PayloadKind::kSame && d.data_bytes != sizeof(SamePayload)) {
+      return bad("same-as payload of tensor " + std::to_string(i) + " is " +
                  std::to_string(d.data_bytes) + " bytes");
     }
     t.data = body + d.data_offset;

@@ -26,8 +26,9 @@ struct TensorSpec {
   std::span<const int64_t> shape;
   std::string_view format = "DefaultFormat";
   uint64_t timestamp_us = 0;
-  uint64_t data_bytes = 0;  // sizeof(StatsPayload) for PayloadKind::kStatistics
+  uint64_t data_bytes = 0;  // sizeof(StatsPayload) / sizeof(SamePayload) for those kinds
   PayloadKind payload = PayloadKind::kBytes;
+  bool memo = false;  // kMemoBit: later tensors of the step may refer to this one
 };
 
 struct OpSpec {
@@ -54,7 +55,8 @@ void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*>
 struct DecodedTensor {
   uint8_t io;  // 0 input, 1 output
   uint8_t dtype;
-  PayloadKind payload;  // kStatistics: data holds a StatsPayload (sizeof bytes)
+  PayloadKind payload;  // kStatistics / kSame: data holds a StatsPayload / SamePayload
+  bool memo;            // kMemoBit
   uint32_t slot;
   uint64_t timestamp_us;
   uint32_t dims_begin;  // index into DecodedOp::dims

@@ -17,8 +17,9 @@ namespace dumpd::ipc {
 inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" little-endian
 // 2: futex wake words, closing/busy flags. 3: kVoid records (reservations committed out of
 // order by the client's device pipeline, and given up when a device copy fails). 4: tensor
-// payload kinds (TensorDesc::io bits 4..7): statistics computed on the device.
-inline constexpr uint32_t kRingVersion = 4;
+// payload kinds (TensorDesc::io bits 4..7): statistics computed on the device. 5: dump-once
+// references (PayloadKind::kSame, TensorDesc::io bit 1).
+inline constexpr uint32_t kRingVersion = 5;
 inline constexpr size_t kRingControlBytes = 4096;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr uint64_t kMinRingBytes = 64 * 1024;
@@ -112,7 +113,7 @@ inline constexpr uint32_t kOpMarked = 1;  // set_dump mark (dump_mode 2)
 // TensorDescs, each followed by ndim int64 dims and format_len bytes, padded to 8. Payloads
 // follow at data_offset (from the record start), each 64-byte aligned.
 struct TensorDesc {
-  uint8_t io;     // bit 0: 0 input, 1 output; bits 4..7: PayloadKind; other bits zero
+  uint8_t io;     // bit 0: 0 input, 1 output; bit 1: kMemoBit; bits 4..7: PayloadKind; others 0
   uint8_t dtype;  // DType wire value
   uint8_t ndim;
   uint8_t format_len;
@@ -127,9 +128,24 @@ static_assert(sizeof(TensorDesc) == 32);
 enum class PayloadKind : uint8_t {
   kBytes = 0,       // the tensor's bytes (sourceBytes(dtype, elements))
   kStatistics = 1,  // one StatsPayload: the producer computed the statistics on its device
+  kSame = 2,        // one SamePayload: the bytes of an earlier tensor of the same step
 };
 inline constexpr uint8_t kIoBit = 0x01;
+// Dump once: later tensors of the same step may name this one in a SamePayload. The daemon
+// remembers what it wrote for flagged tensors only, at most kMaxMemoTensorsPerStep per step.
+inline constexpr uint8_t kMemoBit = 0x02;
 inline constexpr int kPayloadKindShift = 4;
+inline constexpr uint32_t kMaxMemoTensorsPerStep = 16384;
+
+// PayloadKind::kSame: this tensor has exactly the bytes (and dtype and shape) of tensor
+// `tensor` (its index in the record) of the earlier record `sequence` of the same step, which
+// was sent with kMemoBit. The daemon writes its file and statistics row from that tensor's.
+struct SamePayload {
+  uint64_t sequence;
+  uint32_t tensor;
+  uint32_t reserved;  // zero
+};
+static_assert(sizeof(SamePayload) == 16);
 
 // PayloadKind::kStatistics: the sums behind statistic.csv, over every element converted to
 // double (bool 0/1; float16/bfloat16/int4 decoded). max/min ignore NaN (they stay -inf/+inf

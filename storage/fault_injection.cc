@@ -103,6 +103,14 @@ class FaultDirectory final : public Directory {
     return std::unique_ptr<WritableFile>(
         std::make_unique<FaultWritableFile>(std::move(file.value()), state_));
   }
+  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing, std::string_view name,
+                                                 uint32_t mode) override {
+    if (Status s = state_->check(FsOp::kLink, joinPath(path(), name)); !s) return s.error();
+    auto file = base_->linkFile(existing, name, mode);
+    if (!file) return file.error();
+    return std::unique_ptr<WritableFile>(
+        std::make_unique<FaultWritableFile>(std::move(file.value()), state_));
+  }
   Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) override {
     if (Status s = state_->check(FsOp::kOpenAppend, joinPath(path(), name)); !s) {
       return s.error();

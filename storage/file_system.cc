@@ -54,6 +54,8 @@ std::string_view fsOpName(FsOp op) {
       return "fsync directory";
     case FsOp::kFreeBytes:
       return "statvfs";
+    case FsOp::kLink:
+      return "link";
   }
   return "unknown";
 }

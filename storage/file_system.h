@@ -44,8 +44,9 @@ enum class FsOp : uint8_t {
   kAppend,         // AppendFile::append
   kSyncDirectory,  // Directory::sync
   kFreeBytes,      // FileSystem::freeBytes
+  kLink,           // Directory::linkFile: link (or copy) an existing file to a temporary name
 };
-inline constexpr int kFsOpCount = 9;
+inline constexpr int kFsOpCount = 10;
 std::string_view fsOpName(FsOp op);
 
 // OK when `path` is a valid root-relative path ("" included).
@@ -122,6 +123,16 @@ class Directory {
   virtual const std::string& path() const = 0;
   // Starts file `name` (one component) under a temporary name; `mode` is the final mode.
   virtual Result<std::unique_ptr<WritableFile>> newFile(std::string_view name, uint32_t mode) = 0;
+  // Starts file `name` (one component) as another name for `existing`, a committed regular
+  // file of this directory: a hard link, or, where the file system refuses one (EPERM,
+  // EMLINK, EXDEV, EOPNOTSUPP/ENOTSUP, ENOSYS), a copy of its bytes with mode `mode`. Nothing
+  // is visible under `name` until commit() (which, as for newFile, replaces a file of that
+  // name); write() is refused (kInvalidArgument). bytesWritten() is 0 for a link, the bytes
+  // copied for a copy. A symbolic link or non-regular file at `existing` is refused
+  // (kPermission / kInvalidArgument); a missing one is kNotFound. Errors name the
+  // root-relative path.
+  virtual Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing,
+                                                         std::string_view name, uint32_t mode) = 0;
   // Opens `name` for appending, creating it (mode 0644) when missing.
   virtual Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) = 0;
   // fsync of an existing file, by name.
@@ -162,6 +173,8 @@ struct PosixOptions {
   // what is created belongs to the client's uid and gid. Writes to open files switch nothing.
   // Unset: the process's own credentials and ownership.
   std::optional<Credentials> act_as;
+  // false: linkFile always copies (tests; file systems known to lack hard links).
+  bool hard_links = true;
 };
 
 // The real file system beneath `root_dirfd`, which it takes ownership of (closed even on

@@ -77,6 +77,15 @@ Result<uint64_t> checkTensor(const TensorView& t, std::string_view op_name) {
   const auto count = elementCount(t.shape);
   if (!count) return bad("has a negative dimension or more than 2^56 elements");
   const uint64_t n = *count;
+  if (t.same_as != nullptr) {
+    if (!t.data.empty() || t.sums != nullptr) return bad("repeats another tensor but has data");
+    const std::vector<int64_t>& shape = t.same_as->shape();
+    if (t.same_as->dtype() != t.dtype ||
+        !std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end())) {
+      return bad("repeats a tensor of another dtype or shape");
+    }
+    return n;
+  }
   if (t.sums != nullptr) {
     if (!t.data.empty()) return bad("carries both bytes and device statistics");
     if (!hasStatistics(t.dtype)) return bad("has no statistics for its dtype");
@@ -224,6 +233,7 @@ struct JobWriter::Impl {
   std::atomic<uint64_t> tensors_written{0};
   std::atomic<uint64_t> tensors_dropped{0};
   std::atomic<uint64_t> bytes_written{0};
+  std::atomic<uint64_t> tensors_linked{0};
   std::atomic<uint64_t> write_errors{0};
   mutable std::mutex counters_mu;
   std::string stop_reason;
@@ -428,9 +438,12 @@ struct JobWriter::Impl {
   // contents. A name longer than 255 bytes is replaced by "<digits><ext>" and the pair is
   // appended to mapping.csv (names without the ".lz4" suffix: what `lz4 -d` restores).
   // Returns the bytes written.
+  // With `link_from` (a file of the same directory) the file is that file's hard link (or
+  // copy), and `body` writes nothing. `final_name` (optional) receives the name published.
   template <typename Body>
   Result<uint64_t> publish(DirLease& lease, std::string_view name, std::string_view ext,
-                           bool lz4_suffix, uint32_t mode, SyncPolicy sync, Body&& body) {
+                           bool lz4_suffix, uint32_t mode, SyncPolicy sync, Body&& body,
+                           std::string_view link_from = {}, std::string* final_name_out = nullptr) {
     DirState& ds = lease.state();
     std::string short_name;
     if (name.size() > kMaxFileNameBytes) {
@@ -438,7 +451,8 @@ struct JobWriter::Impl {
       short_name.append(ext);
     }
     std::string_view final_name = short_name.empty() ? name : std::string_view(short_name);
-    auto file = lease.dir().newFile(final_name, mode);
+    auto file = link_from.empty() ? lease.dir().newFile(final_name, mode)
+                                  : lease.dir().linkFile(link_from, final_name, mode);
     if (!file) return file.error();
     WritableFile& f = *file.value();
     if (Status s = body(f); !s) return s.error();
@@ -461,6 +475,7 @@ struct JobWriter::Impl {
       std::lock_guard lock(ds.mu);
       ds.unsynced.emplace_back(final_name);
     }
+    if (final_name_out != nullptr) final_name_out->assign(final_name);
     return f.bytesWritten();
   }
 
@@ -518,15 +533,17 @@ struct JobWriter::Impl {
 
   // Writes one payload file `name` in ds. Returns (written?, bytes); not written = dropped.
   Result<std::pair<bool, uint64_t>> writePayload(DirLease& lease, std::string_view name,
-                                                 const NpyPayload& payload, SyncPolicy sync) {
+                                                 const NpyPayload& payload, SyncPolicy sync,
+                                                 std::string* final_name = nullptr) {
     Scratch& s = scratch();
     buildNpyHeader(s.header, payload.dtype, payload.shape);
     const uint64_t estimate = npyFileSize(payload, s.header.size());
     Result<bool> admitted = admitPayload(estimate);
     if (!admitted) return admitted.error();
     if (!admitted.value()) return std::make_pair(false, uint64_t{0});
-    auto written = publish(lease, name, lz4 ? ".npy.lz4" : ".npy", lz4, kTensorFileMode, sync,
-                           [&](WritableFile& f) { return writeNpy(f, payload, s.header, lz4); });
+    auto written = publish(
+        lease, name, lz4 ? ".npy.lz4" : ".npy", lz4, kTensorFileMode, sync,
+        [&](WritableFile& f) { return writeNpy(f, payload, s.header, lz4); }, {}, final_name);
     if (!written) {
       releasePayload(estimate, 0);
       return written.error();
@@ -543,8 +560,40 @@ struct JobWriter::Impl {
     }
   }
 
+  // The payload file name of `t` in op (with ".lz4" when compressing).
+  void payloadName(std::string& name, const OpRecord& op, const TensorView& t,
+                   uint64_t timestamp) const {
+    std::string_view format =
+        plan.trans_flag || t.format.empty() ? std::string_view("DefaultFormat") : t.format;
+    name.clear();
+    appendTensorFileName(name, {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io,
+                                t.slot, format, t.dtype});
+    if (lz4) name.append(".lz4");
+  }
+
+  void countPayload(DirState& ds, OpOutcome& outcome, uint64_t bytes) {
+    ++outcome.tensors_written;
+    outcome.bytes_written += bytes;
+    tensors_written.fetch_add(1, std::memory_order_relaxed);
+    bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+    ds.tensors.fetch_add(1, std::memory_order_relaxed);
+    ds.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  Status appendStatistics(DirLease& lease, const OpRecord& op, const TensorView& t,
+                          uint64_t elements, uint64_t timestamp, const TensorStats& stats) {
+    Scratch& s = scratch();
+    s.row.clear();
+    appendStatisticRow(s.row,
+                       {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
+                        sourceBytes(t.dtype, elements), t.dtype, t.shape},
+                       stats, plan.statistic_category);
+    return appendLine(lease, /*stat_csv=*/true, s.row);
+  }
+
   Status writeTensor(DirLease& lease, const OpRecord& op, const TensorView& t, uint64_t elements,
                      OpOutcome& outcome) {
+    if (t.same_as != nullptr) return writeRepeat(lease, op, t, elements, outcome);
     DirState& ds = lease.state();
     const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
     const bool want_payload = plan.savesTensors();
@@ -554,14 +603,10 @@ struct JobWriter::Impl {
                                                         " carries device statistics, but " +
                                                         "the job saves tensors");
     }
+    MemoResult memo;
     if (want_payload) {
-      std::string_view format =
-          plan.trans_flag || t.format.empty() ? std::string_view("DefaultFormat") : t.format;
       Scratch& s = scratch();
-      s.name.clear();
-      appendTensorFileName(s.name, {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp,
-                                    t.io, t.slot, format, t.dtype});
-      if (lz4) s.name.append(".lz4");
+      payloadName(s.name, op, t, timestamp);
       NpyPayload payload{t.dtype, t.shape, elements, t.data};
       int64_t sample_shape[1];
       if (plan.sample_mode && plan.sample_num > 0 && elements > plan.sample_num) {
@@ -570,18 +615,14 @@ struct JobWriter::Impl {
         payload.elements = plan.sample_num;
       }
       // s.name stays untouched until the file is published (publish uses other buffers).
-      auto r = writePayload(lease, s.name, payload, tensorSync());
+      auto r = writePayload(lease, s.name, payload, tensorSync(), t.memo ? &memo.file : nullptr);
       if (!r) return r.error();
       if (r.value().first) {
-        ++outcome.tensors_written;
-        outcome.bytes_written += r.value().second;
-        tensors_written.fetch_add(1, std::memory_order_relaxed);
-        bytes_written.fetch_add(r.value().second, std::memory_order_relaxed);
-        ds.tensors.fetch_add(1, std::memory_order_relaxed);
-        ds.bytes.fetch_add(r.value().second, std::memory_order_relaxed);
+        countPayload(ds, outcome, r.value().second);
       } else {
         ++outcome.tensors_dropped;
         countDropped(&ds, 1, stopReason());
+        memo.payload_dropped = true;
       }
     }
     if (want_stats) {
@@ -591,18 +632,74 @@ struct JobWriter::Impl {
       } else {
         computeStats(t.dtype, elements, t.data, stat_options, stats);
       }
-      Scratch& s = scratch();
-      s.row.clear();
-      appendStatisticRow(s.row,
-                         {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
-                          sourceBytes(t.dtype, elements), t.dtype, t.shape},
-                         stats, plan.statistic_category);
-      if (Status st = appendLine(lease, /*stat_csv=*/true, s.row); !st) return st;
+      if (Status st = appendStatistics(lease, op, t, elements, timestamp, stats); !st) return st;
       if (!want_payload) {
         ++outcome.tensors_written;
         tensors_written.fetch_add(1, std::memory_order_relaxed);
         ds.tensors.fetch_add(1, std::memory_order_relaxed);
       }
+      if (t.memo) memo.stats = stats;
+    }
+    if (t.memo) {
+      memo.ok = true;
+      memo.dir = ds.path;
+      t.memo->publish(std::move(memo));
+    }
+    return {};
+  }
+
+  // A tensor that repeats an earlier one (dump once): its file is a hard link of that one's
+  // (a copy where the file system has no links), its row has that one's statistics.
+  Status writeRepeat(DirLease& lease, const OpRecord& op, const TensorView& t, uint64_t elements,
+                     OpOutcome& outcome) {
+    DirState& ds = lease.state();
+    auto refuse = [&](const std::string& why) {
+      return makeError(ErrorCode::kInvalidArgument, "tensor " + std::string(op.op_name) + " " +
+                                                        std::string(ioName(t.io)) + " " +
+                                                        std::to_string(t.slot) + " " + why);
+    };
+    const MemoResult& source = t.same_as->wait();
+    if (!source.ok) return refuse("repeats a tensor that was not written: " + source.error);
+    const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
+    const bool want_payload = plan.savesTensors();
+    const bool want_stats = plan.savesStatistics() && hasStatistics(t.dtype);
+    MemoResult memo;
+    if (want_payload) {
+      if (source.payload_dropped || payload_stopped.load(std::memory_order_acquire)) {
+        ++outcome.tensors_dropped;
+        countDropped(&ds, 1, stopReason());
+        memo.payload_dropped = true;
+      } else if (source.file.empty() || source.dir != ds.path) {
+        return refuse("repeats a tensor whose file is not in " + ds.path);
+      } else {
+        Scratch& s = scratch();
+        payloadName(s.name, op, t, timestamp);
+        auto linked = publish(
+            lease, s.name, lz4 ? ".npy.lz4" : ".npy", lz4, kTensorFileMode, tensorSync(),
+            [](WritableFile&) { return Status{}; }, source.file, t.memo ? &memo.file : nullptr);
+        if (!linked) return linked.error();
+        releasePayload(0, linked.value());  // a copy (no hard links) counts to the quota
+        countPayload(ds, outcome, linked.value());
+        ++outcome.tensors_linked;
+        tensors_linked.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (want_stats) {
+      if (!source.stats) return refuse("repeats a tensor that has no statistics row");
+      if (Status st = appendStatistics(lease, op, t, elements, timestamp, *source.stats); !st) {
+        return st;
+      }
+      if (!want_payload) {
+        ++outcome.tensors_written;
+        tensors_written.fetch_add(1, std::memory_order_relaxed);
+        ds.tensors.fetch_add(1, std::memory_order_relaxed);
+      }
+      memo.stats = source.stats;
+    }
+    if (t.memo) {
+      memo.ok = true;
+      memo.dir = ds.path;
+      t.memo->publish(std::move(memo));
     }
     return {};
   }
@@ -731,6 +828,18 @@ Result<std::unique_ptr<JobWriter>> JobWriter::create(std::shared_ptr<FileSystem>
   return std::unique_ptr<JobWriter>(new JobWriter(std::move(impl)));
 }
 
+namespace {
+
+// Publishes "not written" into the memos of op.tensors[from..] that are still open: a
+// repeat waiting on one of them must not wait forever (see storage/tensor_memo.h).
+void settleMemos(const OpRecord& op, size_t from, const std::string& why) {
+  for (size_t i = from; i < op.tensors.size(); ++i) {
+    if (op.tensors[i].memo != nullptr) op.tensors[i].memo->publish(MemoResult{false, why});
+  }
+}
+
+}  // namespace
+
 Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
   Impl& m = *impl_;
   // Check every tensor first: a malformed record writes nothing.
@@ -747,7 +856,10 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
   for (size_t i = 0; i < op.tensors.size(); ++i) {
     const TensorView& t = op.tensors[i];
     auto n = checkTensor(t, op.op_name);
-    if (!n) return m.recordError(n.error());
+    if (!n) {
+      settleMemos(op, 0, n.error().message);
+      return m.recordError(n.error());
+    }
     counts[i] = n.value();
     any_selected |= ioSelected(m.plan.input_output, t.io) && counts[i] != 0;
     if (m.plan.op_debug_mode == 3 && t.io == Io::kOutput) {
@@ -757,14 +869,22 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
     }
   }
   OpOutcome outcome;
-  if (!any_selected) return outcome;
   // Overflow dump: only op executions with an inf/NaN output, the first overflow_number.
-  if (m.plan.op_debug_mode == 3 && !overflow) return outcome;
+  if (!any_selected || (m.plan.op_debug_mode == 3 && !overflow)) {
+    settleMemos(op, 0, "its op was not dumped (input_output, empty, or no overflow)");
+    return outcome;
+  }
   // One switch for the whole op instead of one per file operation (see Impl::actAs).
   ScopedCredentials scope;
-  if (Status s = m.actAs(scope); !s) return s.error();
+  if (Status s = m.actAs(scope); !s) {
+    settleMemos(op, 0, s.error().message);
+    return s.error();
+  }
   auto lease = m.iterationDir(op.graph_id, op.iteration);
-  if (!lease) return m.recordError(lease.error());
+  if (!lease) {
+    settleMemos(op, 0, lease.error().message);
+    return m.recordError(lease.error());
+  }
   DirState& dir = lease.value().state();
 
   if (m.plan.op_debug_mode == 3) {
@@ -777,15 +897,20 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
       }
       m.countDropped(&dir, outcome.tensors_dropped,
                      "overflow_number " + std::to_string(m.plan.overflow_number) + " reached");
+      settleMemos(op, 0, "overflow_number reached");
       return outcome;
     }
   }
 
   for (size_t i = 0; i < op.tensors.size(); ++i) {
     const TensorView& t = op.tensors[i];
-    if (!ioSelected(m.plan.input_output, t.io) || counts[i] == 0) continue;
+    if (!ioSelected(m.plan.input_output, t.io) || counts[i] == 0) {
+      if (t.memo != nullptr) t.memo->publish(MemoResult{false, "it was not dumped"});
+      continue;
+    }
     if (Status s = m.writeTensor(lease.value(), op, t, counts[i], outcome); !s) {
       if (partial != nullptr) *partial = outcome;
+      settleMemos(op, i, s.error().message);
       return m.recordError(s.error(), &dir);
     }
   }
@@ -966,6 +1091,7 @@ JobCounters JobWriter::counters() const {
   c.tensors_written = m.tensors_written.load(std::memory_order_relaxed);
   c.tensors_dropped = m.tensors_dropped.load(std::memory_order_relaxed);
   c.bytes_written = m.bytes_written.load(std::memory_order_relaxed);
+  c.tensors_linked = m.tensors_linked.load(std::memory_order_relaxed);
   c.write_errors = m.write_errors.load(std::memory_order_relaxed);
   c.open_directories = m.open_directories.load(std::memory_order_relaxed);
   c.open_fds = c.open_directories + m.open_appenders.load(std::memory_order_relaxed);

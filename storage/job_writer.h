@@ -46,12 +46,14 @@ struct OpOutcome {
   uint32_t tensors_written = 0;  // payload files (or statistic rows when only statistics)
   uint32_t tensors_dropped = 0;  // payload skipped by quota/watermark/overflow limit
   uint64_t bytes_written = 0;
+  uint32_t tensors_linked = 0;  // of tensors_written: files linked from a repeated tensor's
 };
 
 struct JobCounters {
   uint64_t tensors_written = 0;
   uint64_t tensors_dropped = 0;
   uint64_t bytes_written = 0;
+  uint64_t tensors_linked = 0;  // of tensors_written: hard links of a repeated tensor's file
   uint64_t write_errors = 0;
   // Descriptors the writer holds between calls: open directories, plus the appenders
   // (statistic.csv, mapping.csv of open directories, manifest.jsonl). A call in flight holds
@@ -80,7 +82,9 @@ class JobWriter {
   // Writes the op's tensors per the plan (IO selection, saved_data, sampling, overflow mode,
   // quota). Filtering of ops/iterations is the caller's job. Errors name the file. Writing
   // stops at the first failing tensor; then `partial` (if given) holds what was written and
-  // dropped before it, so callers can account for every tensor.
+  // dropped before it, so callers can account for every tensor. Every TensorView::memo of the
+  // op is published before it returns (what was written, or why nothing was); a tensor with
+  // TensorView::same_as waits until that memo is published.
   Result<OpOutcome> writeOp(const OpRecord& op, OpOutcome* partial = nullptr);
 
   // {net}/{graph}/constants/Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy

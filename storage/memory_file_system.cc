@@ -37,20 +37,28 @@ using Shared = MemoryFileSystem::Shared;
 
 class MemWritableFile final : public WritableFile {
  public:
+  // `copied`: the file is a copy made by linkFile, of that many bytes; write() is refused.
   MemWritableFile(std::shared_ptr<Shared> shared, std::shared_ptr<Node> dir,
-                  std::shared_ptr<Node> file, std::string tmp, std::string name, std::string path)
+                  std::shared_ptr<Node> file, std::string tmp, std::string name, std::string path,
+                  std::optional<uint64_t> copied = std::nullopt)
       : shared_(std::move(shared)),
         dir_(std::move(dir)),
         file_(std::move(file)),
         tmp_(std::move(tmp)),
         name_(std::move(name)),
-        path_(std::move(path)) {}
+        path_(std::move(path)),
+        written_(copied.value_or(0)),
+        linked_(copied.has_value()) {}
   ~MemWritableFile() override { abort(); }
 
   const std::string& path() const override { return path_; }
   uint64_t bytesWritten() const override { return written_; }
 
   Status write(std::span<const ConstBuffer> buffers) override {
+    if (linked_) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "write " + path_ + ": a linked file is read-only");
+    }
     uint64_t total = 0;
     for (ConstBuffer b : buffers) total += b.size();
     std::lock_guard lock(shared_->mu);
@@ -103,6 +111,7 @@ class MemWritableFile final : public WritableFile {
   std::string name_;
   std::string path_;
   uint64_t written_ = 0;
+  bool linked_ = false;
   bool done_ = false;
 };
 
@@ -154,6 +163,38 @@ class MemDirectory final : public Directory {
     }
     return std::unique_ptr<WritableFile>(std::make_unique<MemWritableFile>(
         shared_, node_, std::move(file), std::move(tmp), std::string(name), joinPath(path_, name)));
+  }
+
+  // A copy (see the header): a node of its own, with its own mode and durability.
+  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing, std::string_view name,
+                                                 uint32_t mode) override {
+    if (Status s = validateName(existing); !s) return s.error();
+    if (Status s = validateName(name); !s) return s.error();
+    std::string path = joinPath(path_, name);
+    std::string tmp = temporaryName();
+    auto file = std::make_shared<Node>();
+    file->kind = Kind::kFile;
+    file->mode = mode;
+    {
+      std::lock_guard lock(shared_->mu);
+      auto it = node_->children.find(existing);
+      if (it == node_->children.end()) return fsError(ENOENT, "link", joinPath(path_, existing));
+      if (it->second->kind == Kind::kSymlink) {
+        return fsError(ELOOP, "link", joinPath(path_, existing));
+      }
+      if (it->second->kind != Kind::kFile) {
+        return fsError(EINVAL, "link (not a regular file)", joinPath(path_, existing));
+      }
+      if (Status s = shared_->reserve(it->second->data.size(), "link", path); !s) {
+        return s.error();
+      }
+      file->data = it->second->data;
+      node_->children[tmp] = file;
+    }
+    uint64_t copied = file->data.size();
+    return std::unique_ptr<WritableFile>(
+        std::make_unique<MemWritableFile>(shared_, node_, std::move(file), std::move(tmp),
+                                          std::string(name), std::move(path), copied));
   }
 
   Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) override {

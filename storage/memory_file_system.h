@@ -5,6 +5,11 @@
 // renamed, removed) at sync of their directory. simulateCrash() throws away everything not
 // durable, as a power cut would.
 //
+// linkFile makes a copy, never a node shared by two names: the new file has the given mode,
+// bytesWritten() is its size, it counts against the capacity, and, like any new file, its
+// contents are durable only after its sync() (stricter than a POSIX hard link, whose data is
+// the original's).
+//
 // Thread-safety: everything may be called from any thread (one mutex guards the tree).
 #pragma once
 

@@ -9,6 +9,7 @@
 #include "base/dtype.h"
 #include "config/filter.h"
 #include "storage/statistics.h"
+#include "storage/tensor_memo.h"
 
 namespace dumpd::storage {
 
@@ -23,6 +24,11 @@ struct TensorView {
   // Statistics the producer computed on its device (saved_data "statistic" only); `data` is
   // then empty. Not owned.
   const StatSums* sums = nullptr;
+  // Dump once (see storage/tensor_memo.h), not owned. `memo`: later tensors repeat this one;
+  // the writer publishes what it did there. `same_as`: this tensor repeats that one (`data`
+  // empty, `sums` null); its file and row are made from that tensor's.
+  TensorMemo* memo = nullptr;
+  const TensorMemo* same_as = nullptr;
 };
 
 struct OpRecord {

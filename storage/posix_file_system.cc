@@ -17,6 +17,7 @@
 
 #include "base/unique_fd.h"
 #include "storage/credentials.h"
+#include "storage/file_copy.h"
 #include "storage/file_system.h"
 
 namespace dumpd::storage {
@@ -37,6 +38,7 @@ constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 // (FileSystem::credentials(), as JobWriter does per call) and the calls' own scopes are free.
 struct PosixContext {
   std::optional<Credentials> act_as;
+  bool hard_links = true;  // PosixOptions::hard_links
   const Credentials* actor() const { return act_as ? &*act_as : nullptr; }
 };
 
@@ -51,6 +53,25 @@ Status actAs(ScopedCredentials& scope, const PosixContext& ctx, std::string_view
   return {};
 }
 
+// linkat() errors after which linkFile copies instead: the file system has no hard links
+// (EPERM on some, EOPNOTSUPP, ENOSYS), the file has too many (EMLINK), or the kernel forbids
+// this caller to link it (EPERM: fs.protected_hardlinks; the copy then needs read access).
+bool hardLinkRefused(int err) {
+  switch (err) {
+    case EPERM:
+    case EMLINK:
+    case EXDEV:
+    case EOPNOTSUPP:
+#if ENOTSUP != EOPNOTSUPP
+    case ENOTSUP:
+#endif
+    case ENOSYS:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Status fsyncFd(int fd, std::string_view what, std::string_view path) {
   if (::fsync(fd) != 0) return fsError(errno, what, path);
   return {};
@@ -58,12 +79,22 @@ Status fsyncFd(int fd, std::string_view what, std::string_view path) {
 
 class PosixDirectory;
 
+// What a temporary file holds: what write() puts there (newFile), or an existing file's data
+// (linkFile: a second hard link to it, or a copy); the latter two refuse write().
+enum class Contents { kWritten, kHardLink, kCopy };
+
 class PosixWritableFile final : public WritableFile {
  public:
-  // `tmp` is the temporary name; the final name is the last component of `path`.
+  // `tmp` is the temporary name; the final name is the last component of `path`. `fd` is open
+  // for writing (kWritten), or at least for reading (a link or copy: fsync needs an fd).
   PosixWritableFile(std::shared_ptr<const PosixDirectory> dir, int fd,
-                    const char (&tmp)[kTemporaryNameMax], std::string path, size_t name_offset)
-      : dir_(std::move(dir)), fd_(fd), path_(std::move(path)), name_offset_(name_offset) {
+                    const char (&tmp)[kTemporaryNameMax], std::string path, size_t name_offset,
+                    Contents contents = Contents::kWritten)
+      : dir_(std::move(dir)),
+        fd_(fd),
+        path_(std::move(path)),
+        name_offset_(name_offset),
+        contents_(contents) {
     std::memcpy(tmp_, tmp, sizeof tmp_);
   }
   ~PosixWritableFile() override { abort(); }
@@ -78,6 +109,10 @@ class PosixWritableFile final : public WritableFile {
   Status commit() override;
   void abort() override;
 
+  int fd() const { return fd_.get(); }
+  // For a copy: what was put in the file before it was handed out.
+  void setBytesWritten(uint64_t n) { written_ = n; }
+
  private:
   int dirfd() const;
 
@@ -88,6 +123,7 @@ class PosixWritableFile final : public WritableFile {
   char tmp_[kTemporaryNameMax];  // inline: one allocation fewer per tensor
   std::string path_;
   size_t name_offset_;
+  Contents contents_;
   uint64_t written_ = 0;
   bool done_ = false;
 };
@@ -148,6 +184,18 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
     size_t name_offset = path.size() - name.size();
     return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(
         shared_from_this(), fd, tmp, std::move(path), name_offset));
+  }
+
+  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing, std::string_view name,
+                                                 uint32_t mode) override;
+  // False where a link to `file` could be neither committed nor aborted: in a sticky
+  // directory only the owner of a file (or of the directory) may rename or remove its names.
+  bool mayRenameLinksTo(const struct stat& file) const {
+    const uid_t caller = ctx_->actor() ? ctx_->actor()->uid : ::geteuid();
+    if (caller == 0 || file.st_uid == caller) return true;  // root keeps CAP_FOWNER
+    struct stat dir;
+    if (::fstat(fd_.get(), &dir) != 0) return false;  // a copy is always possible
+    return (dir.st_mode & S_ISVTX) == 0 || dir.st_uid == caller;
   }
 
   Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) override {
@@ -224,9 +272,76 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
   std::shared_ptr<const PosixContext> ctx_;
 };
 
+// A hard link needs read access to `existing` as well: the link is opened, to check that it
+// is the file that was checked (not a symlink put there meanwhile) and for sync().
+Result<std::unique_ptr<WritableFile>> PosixDirectory::linkFile(std::string_view existing,
+                                                               std::string_view name,
+                                                               uint32_t mode) {
+  if (Status s = validateName(existing); !s) return s.error();
+  if (Status s = validateName(name); !s) return s.error();
+  const std::string from(existing);
+  const std::string from_path = joinPath(path_, existing);
+  std::string path = joinPath(path_, name);
+  const size_t name_offset = path.size() - name.size();
+  char tmp[kTemporaryNameMax];
+  temporaryName(tmp);
+  // O_NONBLOCK: opening something that is not a regular file must not hang (it is refused).
+  constexpr int kReadFlags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+  ScopedCredentials scope;
+  if (Status s = actAs(scope, *ctx_, "link", path); !s) return s.error();
+  struct stat st;
+  if (::fstatat(fd_.get(), from.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return fsError(errno, "link", from_path);
+  }
+  if (S_ISLNK(st.st_mode)) return fsError(ELOOP, "link", from_path);
+  if (!S_ISREG(st.st_mode)) return fsError(EINVAL, "link (not a regular file)", from_path);
+
+  if (ctx_->hard_links && mayRenameLinksTo(st)) {
+    // Flags 0: a symlink is never followed. One put at `existing` since the check would be
+    // linked itself: opening the link with O_NOFOLLOW and comparing inodes refuses it.
+    if (::linkat(fd_.get(), from.c_str(), fd_.get(), tmp, 0) == 0) {
+      UniqueFd linked(::openat(fd_.get(), tmp, kReadFlags));
+      struct stat now;
+      if (!linked.valid() || ::fstat(linked.get(), &now) != 0) {
+        int err = errno;
+        (void)::unlinkat(fd_.get(), tmp, 0);
+        return fsError(err, "link", from_path);
+      }
+      if (now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+        (void)::unlinkat(fd_.get(), tmp, 0);
+        return makeError(ErrorCode::kIo, "link " + from_path + ": replaced while being linked");
+      }
+      return std::unique_ptr<WritableFile>(
+          std::make_unique<PosixWritableFile>(shared_from_this(), linked.release(), tmp,
+                                              std::move(path), name_offset, Contents::kHardLink));
+    }
+    if (!hardLinkRefused(errno)) return fsError(errno, "link " + from_path + " to", path);
+  }
+
+  // A copy. The source is opened first: nothing is created for a file that cannot be read.
+  UniqueFd source(::openat(fd_.get(), from.c_str(), kReadFlags));
+  if (!source.valid()) return fsError(errno, "link", from_path);
+  if (::fstat(source.get(), &st) != 0) return fsError(errno, "link", from_path);
+  if (!S_ISREG(st.st_mode)) return fsError(EINVAL, "link (not a regular file)", from_path);
+  int fd = ::openat(fd_.get(), tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    static_cast<mode_t>(mode));
+  if (fd < 0) return fsError(errno, "create", path);
+  // From here on the file's destructor removes the temporary file on error.
+  auto file = std::make_unique<PosixWritableFile>(shared_from_this(), fd, tmp, std::move(path),
+                                                  name_offset, Contents::kCopy);
+  CopyOutcome copied = copyFileData(source.get(), file->fd());
+  if (copied.error != 0) return fsError(copied.error, "link (copy)", file->path());
+  file->setBytesWritten(copied.bytes);
+  return std::unique_ptr<WritableFile>(std::move(file));
+}
+
 int PosixWritableFile::dirfd() const { return dir_->fd(); }
 
 Status PosixWritableFile::write(std::span<const ConstBuffer> buffers) {
+  if (contents_ != Contents::kWritten) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "write " + path_ + ": a linked file is read-only");
+  }
   constexpr size_t kMaxIov = IOV_MAX < 64 ? IOV_MAX : 64;
   struct iovec iov[kMaxIov];
   size_t next = 0;    // first buffer not yet (wholly) queued
@@ -281,6 +396,9 @@ Status PosixWritableFile::commit() {
     abort();
     return e;
   }
+  // rename() of two links to one file succeeds and does nothing: when `name` already was
+  // another name of the linked file the temporary name is still there.
+  if (contents_ == Contents::kHardLink) (void)::unlinkat(dirfd(), tmp_, 0);
   done_ = true;
   return {};
 }
@@ -404,6 +522,7 @@ Result<std::shared_ptr<FileSystem>> makePosixFileSystem(int root_dirfd, PosixOpt
   auto actor = effectiveActor(std::move(options.act_as));
   if (!actor) return actor.error();
   ctx->act_as = std::move(actor.value());
+  ctx->hard_links = options.hard_links;
   // Fail now, not at the first file: a root process without CAP_SETUID/CAP_SETGID.
   ScopedCredentials probe;
   if (Status s = probe.enter(ctx->actor()); !s) return s.error();

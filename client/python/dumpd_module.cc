@@ -412,27 +412,37 @@ client::Tensor filteredTensor(Io io, uint32_t slot) {
   return t;
 }
 
-// An op's list item: an array, an (array, dtype) pair, or None (slot skipped).
+// An op's list item: an array, an (array, dtype) pair, an (array, dtype, identity) triple,
+// or None (slot skipped).
 struct ItemRef {
   py::handle array;
   std::optional<std::string> dtype;
+  uint64_t identity = 0;  // dump once (client::Tensor::identity)
 };
 
 std::optional<ItemRef> parseItem(py::handle item, const std::string& what) {
   if (item.is_none()) return std::nullopt;
   if (py::isinstance<py::tuple>(item)) {
-    auto pair = py::reinterpret_borrow<py::tuple>(item);
-    if (pair.size() != 2) {
-      throw py::type_error(what + " must be an array or an (array, dtype) pair, got a tuple of " +
-                           std::to_string(pair.size()));
+    auto tuple = py::reinterpret_borrow<py::tuple>(item);
+    if (tuple.size() != 2 && tuple.size() != 3) {
+      throw py::type_error(what +
+                           " must be an array, an (array, dtype) pair or an (array, dtype, "
+                           "identity) triple, got a tuple of " +
+                           std::to_string(tuple.size()));
     }
-    ItemRef ref{pair[0], std::nullopt};
-    if (!pair[1].is_none()) {
-      if (!py::isinstance<py::str>(pair[1])) {
+    ItemRef ref{tuple[0], std::nullopt};
+    if (!tuple[1].is_none()) {
+      if (!py::isinstance<py::str>(tuple[1])) {
         throw py::type_error(what + ": dtype must be a str such as \"bfloat16\", got " +
-                             typeName(pair[1]));
+                             typeName(tuple[1]));
       }
-      ref.dtype = pair[1].cast<std::string>();
+      ref.dtype = tuple[1].cast<std::string>();
+    }
+    if (tuple.size() == 3 && !tuple[2].is_none()) {
+      if (!py::isinstance<py::int_>(tuple[2])) {
+        throw py::type_error(what + ": identity must be an int, got " + typeName(tuple[2]));
+      }
+      ref.identity = tuple[2].cast<uint64_t>();
     }
     return ref;
   }
@@ -448,6 +458,7 @@ py::dict countsToDict(const client::Counts& c) {
   d["tensors_failed"] = c.tensors_failed;
   d["bytes_written"] = c.bytes_written;
   d["tensors_filtered"] = c.tensors_filtered;
+  d["tensors_linked"] = c.tensors_linked;
   d["last_error"] = c.last_error;
   return d;
 }
@@ -463,8 +474,9 @@ class PyClient {
                                           std::optional<int64_t> ring_bytes,
                                           std::optional<std::string> backpressure,
                                           std::optional<int64_t> device_staging_bytes,
-                                          const std::string& cuda_fallback) {
+                                          const std::string& cuda_fallback, bool dump_once) {
     client::Options o;
+    o.dump_once = dump_once;
     if (cuda_fallback != "error" && cuda_fallback != "host") {
       throw py::value_error("cuda_fallback must be \"error\" or \"host\", got \"" + cuda_fallback +
                             "\"");
@@ -602,6 +614,7 @@ class PyClient {
           if (selected) {
             PreparedTensor& p = prepared.emplace_back();
             prepareTensor(ref->array, ref->dtype, io, slot, "DefaultFormat", what, p);
+            p.tensor.identity = ref->identity;
             tensors.push_back(p.tensor);
           } else {
             tensors.push_back(filteredTensor(io, slot));
@@ -677,6 +690,7 @@ class PyClient {
     d["tensors_committed"] = s.tensors_committed;
     d["bytes_committed"] = s.bytes_committed;
     d["tensors_filtered"] = s.tensors_filtered;
+    d["tensors_deduplicated"] = s.tensors_deduplicated;
     d["tensors_dropped"] = s.tensors_dropped;
     d["records_dropped"] = s.records_dropped;
     d["blocked_waits"] = s.blocked_waits;
@@ -782,7 +796,7 @@ constexpr const char* kClientDoc =
     R"doc(A connection to the node's dumpd daemon for one training process (one rank).
 
 Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None,
-       *, device_staging_bytes=None, cuda_fallback="error")
+       *, device_staging_bytes=None, cuda_fallback="error", dump_once=True)
 
   config        path of the job's data_dump.json (str or os.PathLike), or a dict holding the
                 job config itself; default $MINDSPORE_DUMP_CONFIG.
@@ -798,6 +812,11 @@ Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpr
                 0 copies device-to-host on the producer's stream directly.
   cuda_fallback "error" (default): a CUDA tensor where CUDA cannot be used raises DaemonError;
                 "host": dumpd.torch copies it with tensor.cpu() instead (one warning).
+  dump_once     True (default): a dump_op item given as (array, dtype, identity) whose
+                identity repeats one dumped earlier in the step is sent as a reference to it;
+                the daemon hard-links that file. dumpd.torch gives every tensor an identity
+                from the tensor object and its version counter. False: every item ships its
+                bytes.
 
 CUDA tensors (dumpd.DeviceArray, or objects with __cuda_array_interface__) cost the caller a
 device copy on the op's stream and no host synchronisation: the bytes reach the ring on a
@@ -862,8 +881,11 @@ Raises ValueError/TypeError for bad arguments, DaemonError when the session is g
 
 constexpr const char* kDumpOpDoc =
     R"doc(Dumps one op execution as one record: every selected input and output tensor. Items of
-`inputs`/`outputs` are arrays, (array, dtype) pairs for raw "bfloat16"/"int4"/"uint1" data,
-or None (nothing dumped for that slot). The slot of an item is its index in the list. Only
+`inputs`/`outputs` are arrays, (array, dtype) pairs for raw "bfloat16"/"int4"/"uint1" data
+(dtype None: the array's own), (array, dtype, identity) triples, or None (nothing dumped for
+that slot). An identity (a nonzero int) names the array's current contents: within one step,
+items with the same identity must hold the same bytes at the same address, and all but the
+first are sent as references to it (Client's dump_once). The slot of an item is its index in the list. Only
 the tensors the filter selects are looked at and copied. Returns True when a record was
 committed.
 )doc";
@@ -925,7 +947,8 @@ PYBIND11_MODULE(_dumpd, m) {
            py::arg("socket") = py::none(), py::arg("rank") = py::none(),
            py::arg("device") = py::none(), py::arg("ring_bytes") = py::none(),
            py::arg("backpressure") = py::none(), py::kw_only(),
-           py::arg("device_staging_bytes") = py::none(), py::arg("cuda_fallback") = "error")
+           py::arg("device_staging_bytes") = py::none(), py::arg("cuda_fallback") = "error",
+           py::arg("dump_once") = true)
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")

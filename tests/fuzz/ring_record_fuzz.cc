@@ -63,7 +63,8 @@ bool sameDecode(const DecodedOp& a, const std::byte* a_body, const DecodedOp& b,
     const DecodedTensor& x = a.tensors[i];
     const DecodedTensor& y = b.tensors[i];
     if (x.data - a_body != y.data - b_body || x.data_bytes != y.data_bytes || x.io != y.io ||
-        x.dtype != y.dtype || x.ndim != y.ndim || x.format_len != y.format_len) {
+        x.payload != y.payload || x.memo != y.memo || x.dtype != y.dtype || x.ndim != y.ndim ||
+        x.format_len != y.format_len) {
       return false;
     }
   }

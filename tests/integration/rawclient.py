@@ -36,7 +36,7 @@ PROTO = REPO / "proto" / "dumpd.proto"
 # ---------------------------------------------------------------- ring layout (ring_format.h)
 
 RING_MAGIC = 0x31676E6952445044  # "DPDRing1" little-endian
-RING_VERSION = 4
+RING_VERSION = 5
 CONTROL_BYTES = 4096
 RECORD_ALIGN = 64
 RECORD_MAGIC = 0x52445044  # "DPDR"
@@ -344,11 +344,11 @@ class Ring:
 
     def commit_op(self, graph, iteration, op_name, array, op_type="Add", io=1, slot=0,
                   task_id=0, stream_id=0, flags=0, fmt="DefaultFormat", dtype=DTYPE_FLOAT32,
-                  timestamp_us=None, timeout=30.0):
+                  timestamp_us=None, timeout=30.0, shape=None):
         """One op record with one tensor (`array`, C-contiguous; float32 by default)."""
         return self.commit(KIND_OP, op_body(graph, iteration, op_name, array, op_type, io, slot,
                                             task_id, stream_id, flags, fmt, dtype,
-                                            timestamp_us), timeout)
+                                            timestamp_us, shape), timeout)
 
     def commit_step(self, graph, iteration, timeout=30.0):
         ctl = pb2().Control()
@@ -365,13 +365,18 @@ class Ring:
 
 
 def op_body(graph, iteration, op_name, array, op_type="Add", io=1, slot=0, task_id=0,
-            stream_id=0, flags=0, fmt="DefaultFormat", dtype=DTYPE_FLOAT32, timestamp_us=None):
-    """The kOp body of ipc/op_codec.cc writeOpDescriptors for one tensor."""
+            stream_id=0, flags=0, fmt="DefaultFormat", dtype=DTYPE_FLOAT32, timestamp_us=None,
+            shape=None):
+    """The kOp body of ipc/op_codec.cc writeOpDescriptors for one tensor. `io` is the
+    descriptor's whole io byte (memo bit 0x02, payload kind << 4); `shape` overrides the
+    array's (a payload that is not the tensor's bytes)."""
     name_b = op_name.encode() if isinstance(op_name, str) else bytes(op_name)
     type_b = op_type.encode() if isinstance(op_type, str) else bytes(op_type)
     fmt_b = fmt.encode()
     payload = memoryview(array).cast("B").tobytes() if not isinstance(array, bytes) else array
-    shape = list(getattr(array, "shape", (len(payload),)))
+    if shape is None:
+        shape = getattr(array, "shape", (len(payload),))
+    shape = list(shape)
     if timestamp_us is None:
         timestamp_us = int(time.time() * 1e6)
     desc_bytes = (OP_HEADER.size + align_up(len(type_b) + len(name_b), 8) + TENSOR_DESC.size +

@@ -137,6 +137,49 @@ TEST(OpCodec, StatisticsPayloadsRoundTripTheirKindAndAreExactlyOneStatsPayload) 
   EXPECT_NE(s.error().message.find("statistics payload"), std::string::npos) << s.error().message;
 }
 
+TEST(OpCodec, SameAsReferencesAndMemoFlagsRoundTrip) {
+  const int64_t shape[] = {8, 2};
+  TensorSpec t[3];
+  t[0].io = 0;
+  t[0].shape = shape;
+  t[0].payload = PayloadKind::kSame;
+  t[0].data_bytes = sizeof(SamePayload);
+  t[1].io = 1;
+  t[1].shape = shape;
+  t[1].memo = true;
+  t[1].data_bytes = 64;
+  t[2].io = 1;
+  t[2].shape = shape;
+  t[2].data_bytes = 64;
+  OpSpec op;
+  op.op_type = "Add";
+  op.op_name = "Default/Add-op1";
+  op.tensors = t;
+  ASSERT_TRUE(checkOpSpec(op).has_value());
+  Encoded e = encode(op);
+  const SamePayload ref{41, 3, 0};
+  std::memcpy(e.payloads[0], &ref, sizeof ref);
+  DecodedOp d;
+  ASSERT_TRUE(decodeOp(e.body.data(), e.body.size(), d).has_value());
+  EXPECT_EQ(d.tensors[0].payload, PayloadKind::kSame);
+  EXPECT_EQ(d.tensors[0].io, 0);
+  EXPECT_FALSE(d.tensors[0].memo);
+  EXPECT_TRUE(d.tensors[1].memo);
+  EXPECT_EQ(d.tensors[1].io, 1) << "the memo bit is not part of io";
+  EXPECT_FALSE(d.tensors[2].memo);
+  SamePayload back;
+  std::memcpy(&back, d.tensors[0].data, sizeof back);
+  EXPECT_EQ(back.sequence, 41u);
+  EXPECT_EQ(back.tensor, 3u);
+
+  t[0].data_bytes = sizeof(SamePayload) - 8;
+  EXPECT_FALSE(checkOpSpec(op).has_value());
+  Encoded wrong = encode(op);
+  auto s = decodeOp(wrong.body.data(), wrong.body.size(), d);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("same-as payload"), std::string::npos) << s.error().message;
+}
+
 TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
   const int64_t shape[] = {4};
   TensorSpec t;
@@ -147,7 +190,7 @@ TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
   op.op_name = "n";
   op.tensors = std::span<const TensorSpec>(&t, 1);
   // The io byte of tensor 0 is the first byte of its descriptor: body offset 32 + 8.
-  for (uint8_t io : {uint8_t{0x02}, uint8_t{0x08}, uint8_t{0x21}, uint8_t{0xf0}}) {
+  for (uint8_t io : {uint8_t{0x04}, uint8_t{0x08}, uint8_t{0x31}, uint8_t{0xf0}}) {
     Encoded e = encode(op);
     std::memcpy(e.body.data() + 40, &io, 1);
     DecodedOp d;

@@ -45,12 +45,16 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RingControl, dropped_tensors), 328u);
   EXPECT_EQ(offsetof(RingControl, closing), 384u);
   EXPECT_EQ(offsetof(RingControl, producer_busy), 448u);
-  EXPECT_EQ(kRingVersion, 4u);
+  EXPECT_EQ(kRingVersion, 5u);
   EXPECT_EQ(sizeof(StatsPayload), 96u);
   EXPECT_EQ(offsetof(StatsPayload, max), 56u);
   EXPECT_EQ(offsetof(StatsPayload, sum_squares), 80u);
   EXPECT_EQ(static_cast<int>(PayloadKind::kStatistics), 1);
   EXPECT_EQ(kPayloadKindShift, 4);
+  EXPECT_EQ(static_cast<int>(PayloadKind::kSame), 2);
+  EXPECT_EQ(kMemoBit, 0x02);
+  EXPECT_EQ(sizeof(SamePayload), 16u);
+  EXPECT_EQ(offsetof(SamePayload, tensor), 8u);
   EXPECT_EQ(offsetof(RecordHeader, length), 16u);
   EXPECT_EQ(offsetof(RecordHeader, sequence), 24u);
   EXPECT_EQ(offsetof(TensorDesc, data_offset), 16u);

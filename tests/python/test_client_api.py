@@ -427,7 +427,9 @@ def test_bad_dump_arguments(daemon: Daemon, config: Path) -> None:
         with pytest.raises(TypeError, match="lists or tuples"):
             client.dump_op("Add", "Default/Add-op0", outputs=x)
         with pytest.raises(TypeError, match="pair"):
-            client.dump_op("Add", "Default/Add-op0", outputs=[(x, "bfloat16", 1)])
+            client.dump_op("Add", "Default/Add-op0", outputs=[(x, None, 1, 2)])
+        with pytest.raises(TypeError, match="identity must be an int"):
+            client.dump_op("Add", "Default/Add-op0", outputs=[(x, None, "one")])
         with pytest.raises(TypeError, match="dtype must be a str"):
             client.dump_op("Add", "Default/Add-op0", outputs=[(x, 3)])
         with pytest.raises(ValueError, match="ring_bytes"):

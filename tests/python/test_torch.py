@@ -363,3 +363,78 @@ def test_cuda_tensors_are_copied_to_host(daemon: Daemon, tmp_path: Path) -> None
     files = index_files(dump_files(tmp_path / "dump"))
     name = sanitize(handle.names[""])
     np.testing.assert_array_equal(files[(0, name, "output", 0)].load(), y.detach().cpu().numpy())
+
+
+# Each leaf module's output that the next module takes unchanged (same tensor object, same
+# version): features.0 -> features.1 -> features.2, classifier.0 -> classifier.1 ->
+# classifier.2. flatten() makes a new tensor between the two Sequentials.
+REPEATS = [("features.0", "features.1"), ("features.1", "features.2"),
+           ("classifier.0", "classifier.1"), ("classifier.1", "classifier.2")]
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_dump_once_links_each_repeated_tensor_to_its_first_file(daemon: Daemon, tmp_path: Path,
+                                                                 inplace: bool) -> None:
+    config = make_config(tmp_path, iteration="0|2")
+    model = SmallNet(inplace=inplace)
+    with dumpd.Client(config, socket=daemon.socket) as client:
+        dumpd.torch.attach(model, client)
+        recorder = Recorder(model, client)
+        _train(model, client, steps=3)
+        counts = client.flush()
+        stats = client.stats()
+    # Two dumped steps; in-place ReLU's output is its input with a new version: no repeat.
+    repeats = [r for r in REPEATS if not (inplace and r[0] == "features.1")]
+    links = 2 * len(repeats) + (2 if inplace else 0)  # in-place ReLU's pre-hook input
+    assert stats["tensors_deduplicated"] == links
+    assert counts["tensors_linked"] == links
+    assert counts["tensors_failed"] == 0 and counts["tensors_dropped"] == 0
+    files = index_files(dump_files(tmp_path / "dump"))
+    _assert_files_match(files, recorder.forward, EXPECTED_NAMES, {0, 2})
+    for it in (0, 2):
+        for first, then in repeats:
+            out = files[(it, sanitize(EXPECTED_NAMES[first]), "output", 0)].path
+            inp = files[(it, sanitize(EXPECTED_NAMES[then]), "input", 0)].path
+            assert out.stat().st_ino == inp.stat().st_ino, (first, then)
+            assert inp.stat().st_nlink == 2
+        # Not repeats: a new tensor (flatten), and each step's first input.
+        pool = files[(it, sanitize(EXPECTED_NAMES["features.2"]), "output", 0)].path
+        fc = files[(it, sanitize(EXPECTED_NAMES["classifier.0"]), "input", 0)].path
+        assert pool.stat().st_ino != fc.stat().st_ino
+        assert fc.stat().st_nlink == 1
+
+
+def test_dump_once_off_and_statistics_only_give_the_same_results(daemon: Daemon,
+                                                                 tmp_path: Path) -> None:
+    results = {}
+    for once in (True, False):
+        for saved in ("tensor", "statistic"):
+            out = tmp_path / f"{once}-{saved}"
+            out.mkdir()
+            config = make_config(out, saved_data=saved, iteration="1")
+            torch.manual_seed(3)
+            model = SmallNet(inplace=False)
+            with dumpd.Client(config, socket=daemon.socket, dump_once=once) as client:
+                dumpd.torch.attach(model, client)
+                _train(model, client, steps=2, seed=5)
+                client.flush()
+                assert (client.stats()["tensors_deduplicated"] > 0) == once
+            files = dump_files(out / "dump")
+            if saved == "tensor":
+                results[(once, saved)] = {(f.op_name, f.io, f.slot): f.load() for f in files}
+                assert all((f.path.stat().st_nlink > 1) == once for f in files
+                           if (f.op_name, f.io) in {(sanitize(EXPECTED_NAMES[t]), "input")
+                                                    for _, t in REPEATS})
+            else:
+                assert not files
+                csv = next((out / "dump").glob("rank_0/Net/0/1/statistic.csv")).read_text()
+                # Timestamps differ between runs: compare every other column.
+                rows = sorted(",".join(c for i, c in enumerate(r.split(",")) if i != 4)
+                              for r in csv.splitlines()[1:])
+                results[(once, saved)] = rows
+    assert results[(True, "statistic")] == results[(False, "statistic")]
+    assert len(results[(True, "statistic")]) == 12
+    on, off = results[(True, "tensor")], results[(False, "tensor")]
+    assert on.keys() == off.keys() and len(on) == 12
+    for key in on:
+        np.testing.assert_array_equal(on[key], off[key], err_msg=str(key))

@@ -12,11 +12,14 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <thread>
 
+#include "base/unique_fd.h"
 #include "storage/fault_injection.h"
+#include "storage/file_copy.h"
 #include "storage/memory_file_system.h"
 #include "storage_test_util.h"
 
@@ -41,8 +44,8 @@ class FsHarness {
 
 class PosixHarness final : public FsHarness {
  public:
-  PosixHarness() {
-    auto fs = openPosixFileSystem(root_.path());
+  explicit PosixHarness(PosixOptions options = {}) {
+    auto fs = openPosixFileSystem(root_.path(), std::move(options));
     EXPECT_TRUE(fs.has_value());
     fs_ = fs.value();
   }
@@ -105,6 +108,8 @@ class FileSystemContractTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (GetParam() == "posix") {
       h_ = std::make_unique<PosixHarness>();
+    } else if (GetParam() == "posix_copy") {  // linkFile's copy, as without hard links
+      h_ = std::make_unique<PosixHarness>(PosixOptions{.hard_links = false});
     } else {
       h_ = std::make_unique<MemoryHarness>();
     }
@@ -118,8 +123,18 @@ class FileSystemContractTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<FsHarness> h_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Impl, FileSystemContractTest, ::testing::Values("posix", "memory"),
+INSTANTIATE_TEST_SUITE_P(Impl, FileSystemContractTest,
+                         ::testing::Values("posix", "posix_copy", "memory"),
                          [](const auto& info) { return info.param; });
+
+// Publishes file `name` of `d` with `text`.
+void commitFile(Directory& d, const std::string& name, const std::string& text,
+                uint32_t mode = 0400) {
+  auto f = d.newFile(name, mode);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  ASSERT_TRUE(f.value()->write(asBytes(text)));
+  ASSERT_TRUE(f.value()->commit());
+}
 
 TEST_P(FileSystemContractTest, CreatesMissingDirectoriesBeneathTheRoot) {
   ASSERT_TRUE(fs().createDirectories("rank_0/Net/0/1"));
@@ -144,9 +159,16 @@ TEST_P(FileSystemContractTest, RejectsEmptyDotAndDotDotComponents) {
     EXPECT_EQ(d.error().code, ErrorCode::kInvalidArgument) << bad;
   }
   auto d = dir("ok");
+  commitFile(*d, "a", "data");
   for (const char* bad : {"", ".", "..", "a/b"}) {
     EXPECT_FALSE(d->newFile(bad, 0644).has_value()) << bad;
     EXPECT_FALSE(d->openAppend(bad).has_value()) << bad;
+    for (const auto& [existing, name] :
+         {std::pair<const char*, const char*>{bad, "b"}, {"a", bad}}) {
+      auto link = d->linkFile(existing, name, 0644);
+      ASSERT_FALSE(link.has_value()) << bad;
+      EXPECT_EQ(link.error().code, ErrorCode::kInvalidArgument) << bad;
+    }
   }
 }
 
@@ -331,6 +353,119 @@ TEST_P(FileSystemContractTest, RemoveStaleTemporariesTakesOnlyLeftoversOfOtherPr
   EXPECT_EQ(d->removeStaleTemporaries().value(), 0u);
 }
 
+// --- linkFile: another name for a committed file ---
+
+TEST_P(FileSystemContractTest, LinkedFileIsInvisibleUntilCommittedThenReadsTheOriginal) {
+  auto d = dir("d");
+  commitFile(*d, "a.npy", "tensor bytes");
+  auto f = d->linkFile("a.npy", "b.npy", 0400);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f.value()->path(), "d/b.npy");
+  // 0 for a hard link; the copy's size where it is a copy.
+  EXPECT_EQ(f.value()->bytesWritten(), GetParam() == "posix" ? 0u : 12u);
+  EXPECT_FALSE(h_->exists("d/b.npy"));
+  std::vector<std::string> before = h_->files();
+  ASSERT_EQ(before.size(), 2u);
+  EXPECT_TRUE(isTemporaryName(before[0].substr(2))) << before[0];
+  ASSERT_TRUE(f.value()->sync());
+  ASSERT_TRUE(f.value()->commit());
+  EXPECT_EQ(h_->files(), (std::vector<std::string>{"d/a.npy", "d/b.npy"}));
+  EXPECT_EQ(h_->read("d/b.npy"), "tensor bytes");
+  EXPECT_EQ(h_->read("d/a.npy"), "tensor bytes");
+  EXPECT_EQ(h_->mode("d/a.npy"), 0400u);
+  EXPECT_EQ(h_->mode("d/b.npy"), 0400u);
+}
+
+TEST_P(FileSystemContractTest, CommitOfALinkReplacesAnOlderFile) {
+  auto d = dir("d");
+  commitFile(*d, "a", "original");
+  commitFile(*d, "b", "older");
+  auto f = d->linkFile("a", "b", 0400);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(h_->read("d/b"), "older");
+  ASSERT_TRUE(f.value()->commit());
+  EXPECT_EQ(h_->read("d/b"), "original");
+  EXPECT_EQ(h_->read("d/a"), "original");
+  EXPECT_EQ(h_->files(), (std::vector<std::string>{"d/a", "d/b"}));
+}
+
+// rename() over another name of the same file does nothing: the temporary name must still go.
+TEST_P(FileSystemContractTest, LinkingOverAnotherNameOfTheSameFileLeavesNoTemporary) {
+  auto d = dir("d");
+  commitFile(*d, "a", "original");
+  for (const char* name : {"b", "b", "a"}) {
+    auto f = d->linkFile("a", name, 0400);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    ASSERT_TRUE(f.value()->commit()) << name;
+  }
+  EXPECT_EQ(h_->files(), (std::vector<std::string>{"d/a", "d/b"}));
+  EXPECT_EQ(h_->read("d/a"), "original");
+  EXPECT_EQ(h_->read("d/b"), "original");
+}
+
+TEST_P(FileSystemContractTest, LinkingAMissingFileIsNotFound) {
+  auto d = dir("d");
+  auto f = d->linkFile("missing.npy", "b.npy", 0400);
+  ASSERT_FALSE(f.has_value());
+  EXPECT_EQ(f.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(f.error().message.find("d/missing.npy"), std::string::npos) << f.error().message;
+  EXPECT_TRUE(h_->files().empty());
+}
+
+TEST_P(FileSystemContractTest, LinkingASymlinkIsRefusedAndCreatesNothing) {
+  h_->plantSymlink("d/escape");
+  auto d = dir("d");
+  auto f = d->linkFile("escape", "b.npy", 0400);
+  ASSERT_FALSE(f.has_value());
+  EXPECT_EQ(f.error().code, ErrorCode::kPermission);
+  EXPECT_NE(f.error().message.find("d/escape"), std::string::npos) << f.error().message;
+  EXPECT_NE(f.error().message.find("symbolic link"), std::string::npos) << f.error().message;
+  EXPECT_FALSE(h_->exists("d/b.npy"));
+  EXPECT_TRUE(h_->files().empty());
+}
+
+TEST_P(FileSystemContractTest, LinkingADirectoryIsInvalidArgument) {
+  ASSERT_TRUE(fs().createDirectories("d/sub"));
+  auto d = dir("d");
+  auto f = d->linkFile("sub", "b", 0400);
+  ASSERT_FALSE(f.has_value());
+  EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(f.error().message.find("d/sub"), std::string::npos) << f.error().message;
+  EXPECT_TRUE(h_->files().empty());
+}
+
+TEST_P(FileSystemContractTest, AbortAndDestructionOfALinkLeaveOnlyTheOriginal) {
+  auto d = dir("d");
+  commitFile(*d, "a", "original");
+  {
+    auto f = d->linkFile("a", "b", 0400);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    f.value()->abort();
+    f.value()->abort();  // idempotent
+  }
+  {
+    auto f = d->linkFile("a", "c", 0400);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+  }  // destroyed without commit
+  EXPECT_EQ(h_->files(), std::vector<std::string>{"d/a"});
+  EXPECT_EQ(h_->read("d/a"), "original");
+  EXPECT_EQ(h_->mode("d/a"), 0400u);
+}
+
+TEST_P(FileSystemContractTest, WritingToALinkedFileIsRefused) {
+  auto d = dir("d");
+  commitFile(*d, "a", "original");
+  auto f = d->linkFile("a", "b", 0400);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  auto s = f.value()->write(asBytes("more"));
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.error().message.find("d/b"), std::string::npos) << s.error().message;
+  ASSERT_TRUE(f.value()->commit());
+  EXPECT_EQ(h_->read("d/a"), "original");
+  EXPECT_EQ(h_->read("d/b"), "original");
+}
+
 TEST(PosixFileSystemTest, WorksOnAnOPathRootFd) {
   TempDir root;
   int fd = ::open(root.path().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -369,6 +504,97 @@ TEST(PosixFileSystemTest, APlantedFifoDoesNotHangTheAppender) {
   EXPECT_NE(a.error().message.find("statistic.csv"), std::string::npos);
 }
 
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+struct stat statOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st;
+}
+
+TEST(PosixFileSystemTest, ALinkIsAHardLinkToTheOriginal) {
+  TempDir root;
+  auto fs = openPosixFileSystem(root.path());
+  auto d = fs.value()->openDirectory("", {});
+  commitFile(*d.value(), "a", "original", 0400);
+  auto f = d.value()->linkFile("a", "b", 0644);  // a link has the original's mode
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f.value()->bytesWritten(), 0u);
+  ASSERT_TRUE(f.value()->commit());
+  struct stat a = statOf(root.path() + "/a"), b = statOf(root.path() + "/b");
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(b.st_nlink, 2u);
+  EXPECT_EQ(b.st_mode & 07777, 0400u);
+  EXPECT_EQ(testing::readFile(root.path() + "/b"), "original");
+}
+
+TEST(PosixFileSystemTest, WithoutHardLinksLinkFileCopies) {
+  TempDir root;
+  auto fs = openPosixFileSystem(root.path(), PosixOptions{.hard_links = false});
+  auto d = fs.value()->openDirectory("", {});
+  std::string text(3 * 1024 * 1024 + 7, '\0');  // more than one buffer of a read/write copy
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(i * 131 + i / 4096);
+  commitFile(*d.value(), "a", text, 0400);
+  auto f = d.value()->linkFile("a", "b", 0640);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f.value()->bytesWritten(), text.size());
+  ASSERT_TRUE(f.value()->sync());
+  ASSERT_TRUE(f.value()->commit());
+  struct stat a = statOf(root.path() + "/a"), b = statOf(root.path() + "/b");
+  EXPECT_NE(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_nlink, 1u);
+  EXPECT_EQ(b.st_nlink, 1u);
+  EXPECT_EQ(b.st_mode & 07777, 0640u);
+  EXPECT_EQ(testing::readFile(root.path() + "/b"), text);
+}
+
+TEST(PosixFileSystemTest, ASymlinkToAFileOutsideTheRootIsNotLinked) {
+  TempDir root, outside;
+  const std::string secret = outside.path() + "/secret";
+  writeFile(secret, "secret");
+  ASSERT_EQ(::symlink(secret.c_str(), (root.path() + "/s").c_str()), 0);
+  for (bool hard_links : {true, false}) {
+    auto fs = openPosixFileSystem(root.path(), PosixOptions{.hard_links = hard_links});
+    auto d = fs.value()->openDirectory("", {});
+    auto f = d.value()->linkFile("s", "b", 0644);
+    ASSERT_FALSE(f.has_value());
+    EXPECT_EQ(f.error().code, ErrorCode::kPermission);
+    EXPECT_NE(f.error().message.find("link s"), std::string::npos) << f.error().message;
+  }
+  EXPECT_EQ(testing::listFiles(root.path()), std::vector<std::string>{"s"});
+  EXPECT_EQ(statOf(secret).st_nlink, 1u);
+}
+
+// copy_file_range refuses a pipe (EINVAL): the copy goes on through a buffer.
+TEST(FileCopyTest, CopiesFromAPipeThroughABuffer) {
+  TempDir root;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const std::string text(5000, 'p');
+  ASSERT_EQ(::write(pipe_fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(pipe_fds[1]);
+  UniqueFd in(pipe_fds[0]);
+  UniqueFd out(::open((root.path() + "/copy").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  ASSERT_TRUE(out.valid());
+  CopyOutcome copied = copyFileData(in.get(), out.get());
+  EXPECT_EQ(copied.error, 0);
+  EXPECT_EQ(copied.bytes, text.size());
+  EXPECT_EQ(testing::readFile(root.path() + "/copy"), text);
+}
+
+TEST(FileCopyTest, ReportsTheErrnoOfAFailedWrite) {
+  TempDir root;
+  const std::string path = root.path() + "/in";
+  writeFile(path, "data");
+  UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd out(::open(path.c_str(), O_RDONLY | O_CLOEXEC));  // not writable
+  CopyOutcome copied = copyFileData(in.get(), out.get());
+  EXPECT_EQ(copied.error, EBADF);
+  EXPECT_EQ(copied.bytes, 0u);
+}
+
 // --- Acting as the client (PosixOptions::act_as), with real uids: root only. ---
 
 const Credentials kClient{1234, 1234, {}};
@@ -395,9 +621,11 @@ void makeFile(const std::string& path, uid_t uid, gid_t gid, mode_t mode, const 
 
 // The dump root as the daemon gets it: an O_PATH fd (opened here by root).
 Result<std::shared_ptr<FileSystem>> actAsClient(const std::string& root,
-                                                const Credentials& creds = kClient) {
+                                                const Credentials& creds = kClient,
+                                                bool hard_links = true) {
   PosixOptions o;
   o.act_as = creds;
+  o.hard_links = hard_links;
   return makePosixFileSystem(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC), o);
 }
 
@@ -576,6 +804,106 @@ TEST(PosixActAsTest, SupplementaryGroupsGrantGroupAccess) {
     EXPECT_EQ(d.error().code, ErrorCode::kPermission);
   }
   EXPECT_EQ(testing::listFiles(shared), std::vector<std::string>{"rank_0/t.npy"});
+}
+
+// A link is a new entry of the directory: it needs the right to write there, link or copy.
+TEST(PosixActAsTest, TheClientsFileCannotBeLinkedInADirectoryItCannotWrite) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir root;  // root:root 0755
+  makeFile(root.path() + "/a", 1234, 1234, 0644, "mine");
+  for (bool hard_links : {true, false}) {
+    auto fs = actAsClient(root.path(), kClient, hard_links);
+    ASSERT_TRUE(fs.has_value()) << fs.error().message;
+    auto d = fs.value()->openDirectory("", {});
+    ASSERT_TRUE(d.has_value()) << d.error().message;
+    auto f = d.value()->linkFile("a", "b", 0644);
+    ASSERT_FALSE(f.has_value()) << hard_links;
+    EXPECT_EQ(f.error().code, ErrorCode::kPermission) << f.error().message;
+    EXPECT_NE(f.error().message.find("b"), std::string::npos) << f.error().message;
+  }
+  EXPECT_EQ(testing::listFiles(root.path()), std::vector<std::string>{"a"});
+  EXPECT_EQ(statOf(root.path() + "/a").st_nlink, 1u);
+  EXPECT_EQ(currentThreadCredentials().uid, 0u);
+}
+
+TEST(PosixActAsTest, TheClientLinksAndCopiesItsOwnFiles) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string root = base.path() + "/dumps";
+  makeDir(root, 1234, 1234, 0700);
+  makeFile(root + "/a", 1234, 1234, 0400, "mine");
+  for (bool hard_links : {true, false}) {
+    auto fs = actAsClient(root, kClient, hard_links);
+    ASSERT_TRUE(fs.has_value()) << fs.error().message;
+    auto d = fs.value()->openDirectory("", {});
+    ASSERT_TRUE(d.has_value()) << d.error().message;
+    const char* name = hard_links ? "link" : "copy";
+    auto f = d.value()->linkFile("a", name, 0440);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    ASSERT_TRUE(f.value()->commit());
+    struct stat st = statOf(root + "/" + name);
+    EXPECT_EQ(st.st_uid, 1234u) << name;
+    EXPECT_EQ(st.st_gid, 1234u) << name;
+    EXPECT_EQ(st.st_mode & 07777, hard_links ? 0400u : 0440u) << name;
+    EXPECT_EQ(testing::readFile(root + "/" + name), "mine");
+  }
+  EXPECT_EQ(statOf(root + "/a").st_nlink, 2u);  // a and link
+  EXPECT_EQ(currentThreadCredentials().uid, 0u);
+}
+
+// fs.protected_hardlinks: another user's file may be linked only by someone who may read and
+// write it. linkat's EPERM then makes a copy, which needs only the right to read it.
+TEST(PosixActAsTest, AnotherUsersFileIsCopiedWhereTheKernelForbidsALink) {
+  SKIP_UNLESS_ROOT();
+  if (testing::readFile("/proc/sys/fs/protected_hardlinks") != "1\n") {
+    GTEST_SKIP() << "needs fs.protected_hardlinks = 1";
+  }
+  TraversableTempDir base;
+  const std::string shared = base.path() + "/shared";
+  makeDir(shared, 0, 0, 01777);
+  makeFile(shared + "/readable", kOtherUser, kOtherUser, 0644, "theirs");
+  makeFile(shared + "/private", kOtherUser, kOtherUser, 0600, "secret");
+  auto fs = actAsClient(shared);
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto d = fs.value()->openDirectory("", {});
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  auto copy = d.value()->linkFile("readable", "mine", 0600);
+  ASSERT_TRUE(copy.has_value()) << copy.error().message;
+  EXPECT_EQ(copy.value()->bytesWritten(), 6u);
+  ASSERT_TRUE(copy.value()->commit());
+  struct stat st = statOf(shared + "/mine");
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_nlink, 1u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(testing::readFile(shared + "/mine"), "theirs");
+  auto refused = d.value()->linkFile("private", "stolen", 0600);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kPermission) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("private"), std::string::npos);
+  EXPECT_EQ(testing::listFiles(shared), (std::vector<std::string>{"mine", "private", "readable"}));
+  EXPECT_EQ(statOf(shared + "/private").st_nlink, 1u);
+}
+
+// In a sticky directory the client could neither rename nor remove a link to another user's
+// file (even one it may read and write, which fs.protected_hardlinks lets it link): a copy.
+TEST(PosixActAsTest, AnotherUsersFileInAStickyDirectoryIsCopiedNotLinked) {
+  SKIP_UNLESS_ROOT();
+  TraversableTempDir base;
+  const std::string shared = base.path() + "/shared";
+  makeDir(shared, 0, 0, 01777);
+  makeFile(shared + "/f", kOtherUser, kOtherUser, 0666, "theirs");
+  auto fs = actAsClient(shared);
+  ASSERT_TRUE(fs.has_value()) << fs.error().message;
+  auto d = fs.value()->openDirectory("", {});
+  ASSERT_TRUE(d.has_value()) << d.error().message;
+  auto f = d.value()->linkFile("f", "mine", 0600);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f.value()->bytesWritten(), 6u);
+  ASSERT_TRUE(f.value()->commit());
+  EXPECT_EQ(statOf(shared + "/mine").st_uid, 1234u);
+  EXPECT_EQ(statOf(shared + "/f").st_nlink, 1u);
+  EXPECT_EQ(testing::readFile(shared + "/mine"), "theirs");
+  EXPECT_EQ(testing::listFiles(shared), (std::vector<std::string>{"f", "mine"}));
 }
 
 // Writer threads are shared by sessions: two threads acting for two uids at once, each in a
@@ -806,6 +1134,50 @@ TEST(MemoryFileSystemTest, CapacityGivesNoSpaceNamingTheFile) {
   EXPECT_EQ(fs.readFile("d/c.csv"), "12345");
 }
 
+TEST(MemoryFileSystemTest, ALinkIsACopyThatCountsAgainstTheCapacity) {
+  MemoryFileSystem fs;
+  fs.setCapacity(10);
+  auto d = fs.openDirectory("d", {.create = true});
+  commitFile(*d.value(), "a", "123456");
+  auto full = d.value()->linkFile("a", "b", 0400);
+  ASSERT_FALSE(full.has_value());
+  EXPECT_EQ(full.error().code, ErrorCode::kNoSpace);
+  EXPECT_NE(full.error().message.find("d/b"), std::string::npos) << full.error().message;
+  EXPECT_EQ(fs.usedBytes(), 6u);
+  EXPECT_FALSE(fs.exists("d/b"));
+  fs.setCapacity(20);
+  auto f = d.value()->linkFile("a", "b", 0400);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f.value()->bytesWritten(), 6u);
+  EXPECT_EQ(fs.usedBytes(), 12u);
+  f.value()->abort();
+  EXPECT_EQ(fs.usedBytes(), 6u);
+}
+
+TEST(MemoryFileSystemTest, ALinkIsDurableLikeANewFile) {
+  MemoryFileSystem fs;
+  auto d = fs.openDirectory("d", {.create = true, .sync_created = true});
+  auto link = [&](const char* name, bool sync_file) {
+    auto f = d.value()->linkFile("a", name, 0400);
+    ASSERT_TRUE(f.has_value()) << f.error().message;
+    if (sync_file) {
+      ASSERT_TRUE(f.value()->sync());
+    }
+    ASSERT_TRUE(f.value()->commit());
+  };
+  commitFile(*d.value(), "a", "data");
+  ASSERT_TRUE(d.value()->syncFile("a"));
+  link("unsynced", false);
+  link("synced", true);
+  ASSERT_TRUE(d.value()->sync());
+  link("no_directory_sync", true);
+  fs.simulateCrash();
+  EXPECT_EQ(fs.readFile("d/a"), "data");
+  EXPECT_EQ(fs.readFile("d/synced"), "data");
+  EXPECT_EQ(fs.readFile("d/unsynced"), "");
+  EXPECT_FALSE(fs.exists("d/no_directory_sync"));
+}
+
 TEST(FaultInjectionTest, FailsExactlyTheChosenCall) {
   auto base = std::make_shared<MemoryFileSystem>();
   FaultInjectingFileSystem fs(base);
@@ -852,6 +1224,7 @@ TEST(FaultInjectionTest, EveryKindCanBeFailedWithEachCode) {
     FaultInjectingFileSystem fs(base);
     fs.failEvery(FsOp::kAppend, code);
     fs.failEvery(FsOp::kFreeBytes, code);
+    fs.failEvery(FsOp::kLink, code);
     auto d = fs.openDirectory("d", {.create = true});
     auto a = d.value()->openAppend("m.csv");
     auto s = a.value()->append("x");
@@ -859,7 +1232,46 @@ TEST(FaultInjectionTest, EveryKindCanBeFailedWithEachCode) {
     EXPECT_EQ(s.error().code, code);
     EXPECT_NE(s.error().message.find(text), std::string::npos) << s.error().message;
     EXPECT_FALSE(fs.freeBytes().has_value());
+    auto l = d.value()->linkFile("m.csv", "n.csv", 0644);
+    ASSERT_FALSE(l.has_value());
+    EXPECT_EQ(l.error().code, code);
+    EXPECT_NE(l.error().message.find("link d/n.csv: " + std::string(text)), std::string::npos)
+        << l.error().message;
+    EXPECT_FALSE(base->exists("d/n.csv"));
   }
+}
+
+TEST(FaultInjectionTest, ALinkIsCountedAsLinkAndItsCommitAsCommit) {
+  auto base = std::make_shared<MemoryFileSystem>();
+  FaultInjectingFileSystem fs(base);
+  auto d = fs.openDirectory("d", {.create = true});  // call 0
+  commitFile(*d.value(), "a", "data");               // calls 1-3
+  fs.failCall(4, ErrorCode::kIo);
+  auto failed = d.value()->linkFile("a", "b", 0400);  // call 4: fails
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_EQ(failed.error().code, ErrorCode::kIo);
+  EXPECT_NE(failed.error().message.find("d/b"), std::string::npos);
+  EXPECT_NE(failed.error().message.find("(injected)"), std::string::npos);
+  EXPECT_EQ(fs.calls(FsOp::kLink), 1u);
+  fs.failEvery(FsOp::kCommit, ErrorCode::kNoSpace);
+  auto f = d.value()->linkFile("a", "b", 0400);  // call 5
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  auto s = f.value()->commit();  // call 6: fails, and takes the temporary file away
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kNoSpace);
+  EXPECT_EQ(fs.calls(FsOp::kLink), 2u);
+  EXPECT_EQ(fs.calls(FsOp::kCommit), 2u);
+  EXPECT_EQ(fs.calls(), 7u);
+  std::vector<std::string> files;
+  for (const auto& e : base->list()) {
+    if (e.kind == MemoryFileSystem::Entry::Kind::kFile) files.push_back(e.path);
+  }
+  EXPECT_EQ(files, std::vector<std::string>{"d/a"});
+  fs.clearFaults();
+  auto g = d.value()->linkFile("a", "b", 0400);
+  ASSERT_TRUE(g.has_value());
+  ASSERT_TRUE(g.value()->commit());
+  EXPECT_EQ(base->readFile("d/b"), "data");
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ inline std::vector<std::string> listFiles(const std::string& root) {
   for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
        it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_directory(ec) || it->is_symlink(ec)) {
-      out.push_back(std::filesystem::relative(it->path(), root).string());
+      out.push_back(it->path().lexically_relative(root).string());
     }
   }
   std::sort(out.begin(), out.end());

@@ -47,6 +47,12 @@ before the module runs) so the dumped input is the real one. ``backward=True`` u
 ``register_full_backward_hook``, which PyTorch does not allow together with in-place
 modules that modify a hooked module's output; use ``inplace=False`` modules then.
 
+Dump once: within a step, a tensor dumped again unchanged (a module's output as the next
+module's input; same tensor object, same version counter) is sent as a reference to the
+first dump, not copied again; the daemon hard-links its file. Writes through ``.data``
+bypass the version counter: a model that changes a dumped tensor that way between two of
+its dumps in one step should use ``dumpd.Client(..., dump_once=False)``.
+
 Only leaf modules are hooked: work a non-leaf module does in its own ``forward`` (outside
 its children) is not dumped.
 
@@ -60,6 +66,7 @@ step mark (set_step), flush, or when the ring is full.
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
 
 import torch
@@ -108,6 +115,43 @@ for _name in ("uint16", "uint32", "uint64"):
         _DEVICE_DTYPES[getattr(torch, _name)] = _name
 
 
+class _Identities:
+    """Dump once: one identity per (tensor object, version counter). Within a step, the very
+    tensor dumped again (a module's output as the next module's input), unchanged since, gets
+    the identity it had, and the client sends a reference instead of its bytes. An entry goes
+    away with its tensor (weakref), so a new tensor can never inherit an identity."""
+
+    __slots__ = ("entries", "next")
+
+    def __init__(self) -> None:
+        self.entries: Dict[int, Tuple[Any, int, int]] = {}
+        self.next = 1
+
+    def of(self, t: torch.Tensor) -> int | None:
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return None
+        key = id(t)
+        entry = self.entries.get(key)
+        if entry is not None and entry[0]() is t and entry[1] == version:
+            return entry[2]
+        identity = self.next
+        self.next += 1
+        entries = self.entries
+
+        def gone(ref: Any, key: int = key) -> None:
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        try:
+            self.entries[key] = (weakref.ref(t, gone), version, identity)
+        except TypeError:
+            return None
+        return identity
+
+
 class _Items:
     """Builds one op's dump items. CUDA tensors become dumpd.DeviceArray (no host copy);
     temporaries made for them (contiguous copies) stay referenced in `keep` until the op is
@@ -126,6 +170,15 @@ class _Items:
             return None
         if value.is_quantized or value.device.type == "meta":
             return None
+        item = self.plain_item(value)
+        if item is None or not value.is_contiguous():
+            return item  # a contiguous copy is new each time: nothing to repeat
+        identity = self.session.identities.of(value)
+        if isinstance(item, tuple):
+            return (item[0], item[1], identity)
+        return (item, None, identity)
+
+    def plain_item(self, value: torch.Tensor) -> Any:
         t = value.detach()
         if (t.device.type == "cuda" and t.dtype in _DEVICE_DTYPES and
                 self.session.cuda_on_device()):
@@ -221,10 +274,11 @@ def _warn(error: dumpd.DaemonError, what: str) -> None:
 class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
-    __slots__ = ("client", "errors", "error", "cuda_mode")
+    __slots__ = ("client", "errors", "error", "cuda_mode", "identities")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
+        self.identities = _Identities()
         self.errors = errors
         self.error: dumpd.DaemonError | None = None
         self.cuda_mode: str | None = None  # "device" or "host", decided at the first one
