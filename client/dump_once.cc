@@ -9,14 +9,8 @@ namespace dumpd::client {
 std::optional<DumpOnceTable::Ref> DumpOnceTable::find(const Tensor& t) const {
   if (t.identity == 0) return std::nullopt;
   auto it = entries_.find(t.identity);
-  if (it == entries_.end()) return std::nullopt;
-  const Entry& e = it->second;
-  if (e.data != t.data || e.bytes != t.bytes || e.dtype != t.dtype || e.memory != t.memory ||
-      (t.memory == Memory::kCuda && e.device != t.device) ||
-      !std::equal(e.shape.begin(), e.shape.end(), t.shape.begin(), t.shape.end())) {
-    return std::nullopt;
-  }
-  return e.ref;
+  if (it == entries_.end() || !sameTensor(it->second.tensor, t)) return std::nullopt;
+  return it->second.ref;
 }
 
 bool DumpOnceTable::canRemember(size_t pending) const {
@@ -32,14 +26,12 @@ bool DumpOnceTable::sameTensor(const Tensor& a, const Tensor& b) {
 void DumpOnceTable::remember(const Tensor& t, Ref where) {
   if (t.identity == 0 || !canRemember(0)) return;
   ++remembered_;
-  Entry& e = entries_[t.identity];
+  Entry& e = entries_[t.identity];  // map nodes never move: e.tensor.shape stays valid
   e.ref = where;
-  e.data = t.data;
-  e.bytes = t.bytes;
-  e.dtype = t.dtype;
-  e.memory = t.memory;
-  e.device = t.device;
   e.shape.assign(t.shape.begin(), t.shape.end());
+  e.tensor = t;
+  e.tensor.shape = e.shape;
+  e.tensor.format = {};  // compared by nothing; not kept pointing into the caller
 }
 
 }  // namespace dumpd::client

@@ -49,11 +49,7 @@ class DumpOnceTable {
  private:
   struct Entry {
     Ref ref;
-    const void* data = nullptr;
-    uint64_t bytes = 0;
-    DType dtype = DType::kFloat32;
-    Memory memory = Memory::kHost;
-    int device = 0;
+    Tensor tensor;  // what was sent; its shape points into `shape`
     std::vector<int64_t> shape;
   };
   std::unordered_map<uint64_t, Entry> entries_;

@@ -235,7 +235,10 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
 uint64_t RingDrain::sameKey(const ipc::DecodedTensor& t) {
   ipc::SamePayload same;
   std::memcpy(&same, t.data, sizeof same);
-  if (same.tensor >= ipc::kMaxTensorsPerRecord || same.sequence > UINT64_MAX / 8192) return 0;
+  if (same.tensor >= ipc::kMaxTensorsPerRecord ||
+      same.sequence >= UINT64_MAX / ipc::kMaxTensorsPerRecord) {
+    return 0;  // memoKey would wrap; no such record exists
+  }
   return memoKey(same.sequence, same.tensor);
 }
 

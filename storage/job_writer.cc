@@ -580,15 +580,32 @@ struct JobWriter::Impl {
     ds.bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
 
+  // Appends t's statistic.csv row. Without a payload file the row is what counts as the
+  // tensor written.
   Status appendStatistics(DirLease& lease, const OpRecord& op, const TensorView& t,
-                          uint64_t elements, uint64_t timestamp, const TensorStats& stats) {
+                          uint64_t elements, uint64_t timestamp, const TensorStats& stats,
+                          bool row_only, OpOutcome& outcome) {
     Scratch& s = scratch();
     s.row.clear();
     appendStatisticRow(s.row,
                        {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
                         sourceBytes(t.dtype, elements), t.dtype, t.shape},
                        stats, plan.statistic_category);
-    return appendLine(lease, /*stat_csv=*/true, s.row);
+    if (Status st = appendLine(lease, /*stat_csv=*/true, s.row); !st) return st;
+    if (row_only) {
+      ++outcome.tensors_written;
+      tensors_written.fetch_add(1, std::memory_order_relaxed);
+      lease.state().tensors.fetch_add(1, std::memory_order_relaxed);
+    }
+    return {};
+  }
+
+  // Dump once: tells the tensors that repeat t what was written for it.
+  static void publishMemo(const TensorView& t, const DirState& ds, MemoResult memo) {
+    if (t.memo == nullptr) return;
+    memo.ok = true;
+    memo.dir = ds.path;
+    t.memo->publish(std::move(memo));
   }
 
   Status writeTensor(DirLease& lease, const OpRecord& op, const TensorView& t, uint64_t elements,
@@ -632,19 +649,14 @@ struct JobWriter::Impl {
       } else {
         computeStats(t.dtype, elements, t.data, stat_options, stats);
       }
-      if (Status st = appendStatistics(lease, op, t, elements, timestamp, stats); !st) return st;
-      if (!want_payload) {
-        ++outcome.tensors_written;
-        tensors_written.fetch_add(1, std::memory_order_relaxed);
-        ds.tensors.fetch_add(1, std::memory_order_relaxed);
+      if (Status st =
+              appendStatistics(lease, op, t, elements, timestamp, stats, !want_payload, outcome);
+          !st) {
+        return st;
       }
       if (t.memo) memo.stats = stats;
     }
-    if (t.memo) {
-      memo.ok = true;
-      memo.dir = ds.path;
-      t.memo->publish(std::move(memo));
-    }
+    publishMemo(t, ds, std::move(memo));
     return {};
   }
 
@@ -686,21 +698,14 @@ struct JobWriter::Impl {
     }
     if (want_stats) {
       if (!source.stats) return refuse("repeats a tensor that has no statistics row");
-      if (Status st = appendStatistics(lease, op, t, elements, timestamp, *source.stats); !st) {
+      if (Status st = appendStatistics(lease, op, t, elements, timestamp, *source.stats,
+                                       !want_payload, outcome);
+          !st) {
         return st;
-      }
-      if (!want_payload) {
-        ++outcome.tensors_written;
-        tensors_written.fetch_add(1, std::memory_order_relaxed);
-        ds.tensors.fetch_add(1, std::memory_order_relaxed);
       }
       memo.stats = source.stats;
     }
-    if (t.memo) {
-      memo.ok = true;
-      memo.dir = ds.path;
-      t.memo->publish(std::move(memo));
-    }
+    publishMemo(t, ds, std::move(memo));
     return {};
   }
 
