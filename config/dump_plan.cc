@@ -34,6 +34,10 @@ constexpr const char* kValidCategoryList =
     "['max', 'min', 'avg', 'count', 'negative zero count', 'positive zero count', 'nan count', "
     "'negative inf count', 'positive inf count', 'zero count', 'md5', 'l2norm', 'hash', "
     "'hash:sha1', 'hash:md5']";
+// MindSpore 2.6 (ms_format "2.6") has no hash categories.
+constexpr const char* kValidCategoryList26 =
+    "['max', 'min', 'avg', 'count', 'negative zero count', 'positive zero count', 'nan count', "
+    "'negative inf count', 'positive inf count', 'zero count', 'md5', 'l2norm']";
 
 struct CategorySpelling {
   std::string_view name;
@@ -147,6 +151,16 @@ Status PlanParser::checkArray(const json& v, std::string_view key) {
 }
 
 Result<DumpPlan> PlanParser::run() {
+  // Not a key of the file, but it decides what the file may say (statistic_category).
+  const std::string format_text = env_.dumpd_ms_format.value_or("");
+  if (auto f = parseMsFormat(format_text)) {
+    plan_.ms_format = *f;
+  } else {
+    return invalid(
+        "ms_format (client option ms_format or DUMPD_MS_FORMAT) should be \"2.6\" or "
+        "\"2.7\", but got: " +
+        printable(format_text));
+  }
   auto parsed = internal::parseJson(plan_.config_text);
   if (!parsed) return parsed.error();
   const json& root = parsed.value();
@@ -518,6 +532,7 @@ Status PlanParser::parseStatisticCategory(const json& common) {
       for (const auto& spelling : kCategorySpellings) {
         if (spelling.name == name) found = &spelling;
       }
+      if (plan_.ms_format == MsFormat::k26 && name.starts_with("hash")) found = nullptr;
     }
     if (found == nullptr) {
       if (!unsupported.empty()) unsupported += ", ";
@@ -529,14 +544,17 @@ Status PlanParser::parseStatisticCategory(const json& common) {
       host_only += found->name;
       continue;
     }
-    // Aliases are normalised first, so "hash" and "hash:sha1" are one duplicate.
-    if (std::find(categories.begin(), categories.end(), found->category) == categories.end()) {
+    // Aliases are normalised first, so "hash" and "hash:sha1" are one duplicate. MindSpore 2.6
+    // keeps duplicates (a column each).
+    if (plan_.ms_format == MsFormat::k26 ||
+        std::find(categories.begin(), categories.end(), found->category) == categories.end()) {
       categories.push_back(found->category);
     }
   }
   if (!unsupported.empty()) {
     return invalid("The following statistic_category is invalid: " + unsupported +
-                   ", the valid statistic_category are as follows: " + kValidCategoryList);
+                   ", the valid statistic_category are as follows: " +
+                   (plan_.ms_format == MsFormat::k26 ? kValidCategoryList26 : kValidCategoryList));
   }
   if (!host_only.empty()) {
     warn("statistic_category " + host_only +
@@ -638,6 +656,7 @@ Environment Environment::fromProcess() {
   Environment env;
   if (const char* v = std::getenv("MS_DIAGNOSTIC_DATA_PATH")) env.ms_diagnostic_data_path = v;
   if (const char* v = std::getenv("MINDSPORE_DUMP_CONFIG")) env.mindspore_dump_config = v;
+  if (const char* v = std::getenv("DUMPD_MS_FORMAT")) env.dumpd_ms_format = v;
   return env;
 }
 

@@ -16,6 +16,7 @@
 #include "base/result.h"
 #include "config/iteration_set.h"
 #include "config/kernel_matcher.h"
+#include "config/ms_format.h"
 
 namespace dumpd::config {
 
@@ -49,6 +50,9 @@ std::string_view statCategoryName(StatCategory c);
 
 struct DumpPlan {
   std::string config_text;  // the job config, byte for byte (copied to .dump_metadata/)
+  // The MindSpore generation the tree matches: not a key of the file, the producer's choice
+  // (client option ms_format or $DUMPD_MS_FORMAT, see Environment).
+  MsFormat ms_format = kDefaultMsFormat;
 
   // common_dump_settings
   DumpMode dump_mode = DumpMode::kAll;  // after forcing (op_debug_mode != 0 -> kAll)
@@ -93,6 +97,9 @@ struct DumpPlan {
 struct Environment {
   std::optional<std::string> ms_diagnostic_data_path;  // MS_DIAGNOSTIC_DATA_PATH
   std::optional<std::string> mindspore_dump_config;    // MINDSPORE_DUMP_CONFIG
+  // DUMPD_MS_FORMAT, or the client's ms_format option: "2.6" (absent or "": the default) or
+  // "2.7". Anything else is an error.
+  std::optional<std::string> dumpd_ms_format;
   // Not an environment variable: when set and true, parsing stops early with an error (the
   // daemon sets it when the client hung up while its config was being compiled).
   const std::atomic<bool>* cancel = nullptr;

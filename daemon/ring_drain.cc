@@ -22,6 +22,7 @@ struct OpTask {
   std::vector<storage::StatSums> sums;
   // Dump once: the memos the views name (theirs, and those of the tensors they repeat).
   std::vector<std::shared_ptr<storage::TensorMemo>> memos;
+  uint64_t row_ticket = 0;  // JobWriter::takeRowTicket()
 };
 
 uint64_t memoKey(uint64_t sequence, uint32_t tensor) {
@@ -201,6 +202,9 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     return true;
   }
   const uint64_t slot = release_.push(r.end, r.sequence, false);
+  // Taken here, in record order: statistic.csv rows follow the producer's order of ops
+  // whichever writer thread finishes first.
+  task->row_ticket = writer_->takeRowTicket();
   // Blocks while the pool's byte budget, or this session's share of it, is used: the ring
   // then fills and the producer waits or drops, so the daemon's memory stays bounded. The
   // pool serves sessions in turn: this session's backlog never queues ahead of another's.
@@ -213,6 +217,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     rec.task_id = task->op.task_id;
     rec.stream_id = task->op.stream_id;
     rec.tensors = task->views;
+    rec.row_ticket = task->row_ticket;
     storage::OpOutcome partial;
     auto out = self->writer_->writeOp(rec, &partial);
     const storage::OpOutcome& done = out ? out.value() : partial;

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "storage/credentials.h"
+#include "storage/in_order.h"
 #include "storage/names.h"
 #include "storage/npy.h"
 #include "storage/statistic_csv.h"
@@ -184,6 +185,7 @@ class DirLease {
   }
 
   DirState& state() const { return *state_; }
+  const std::shared_ptr<DirState>& sharedState() const { return state_; }
   Directory& dir() const { return *dir_; }
 
  private:
@@ -192,6 +194,16 @@ class DirLease {
 };
 
 enum class SyncPolicy { kNone, kNow, kDeferred };
+
+// The statistic.csv rows of one op, appended when the op is done (in ticket order when it
+// has one): its inputs' rows, then its outputs', as MindSpore writes them.
+struct OpRows {
+  std::shared_ptr<DirState> dir;
+  std::string inputs;
+  std::string outputs;
+  uint32_t row_only = 0;  // rows of tensors without a payload file: what counts them written
+  std::string& of(Io io) { return io == Io::kInput ? inputs : outputs; }
+};
 
 }  // namespace
 
@@ -219,6 +231,9 @@ struct JobWriter::Impl {
   // Figures for counters(), written under mu; relaxed: they order nothing.
   std::atomic<uint64_t> open_directories{0};
   std::atomic<uint64_t> stale_temporaries_removed{0};
+
+  // statistic.csv rows of ops with a ticket (takeRowTicket) are appended in ticket order.
+  InOrder<OpRows> row_order;
 
   std::mutex manifest_mu;  // guards `manifest`; taken before mu
   HeldAppender manifest{open_appenders};
@@ -580,25 +595,41 @@ struct JobWriter::Impl {
     ds.bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
 
-  // Appends t's statistic.csv row. Without a payload file the row is what counts as the
-  // tensor written.
-  Status appendStatistics(DirLease& lease, const OpRecord& op, const TensorView& t,
-                          uint64_t elements, uint64_t timestamp, const TensorStats& stats,
-                          bool row_only, OpOutcome& outcome) {
-    Scratch& s = scratch();
-    s.row.clear();
-    appendStatisticRow(s.row,
+  // Adds t's statistic.csv row to the op's rows. Without a payload file the row is what
+  // counts as the tensor written.
+  void addStatistics(OpRows& rows, const OpRecord& op, const TensorView& t, uint64_t elements,
+                     uint64_t timestamp, const TensorStats& stats, bool row_only) {
+    appendStatisticRow(rows.of(t.io),
                        {op.op_type, op.op_name, op.task_id, op.stream_id, timestamp, t.io, t.slot,
                         sourceBytes(t.dtype, elements), t.dtype, t.shape},
-                       stats, plan.statistic_category);
-    if (Status st = appendLine(lease, /*stat_csv=*/true, s.row); !st) return st;
-    if (row_only) {
-      ++outcome.tensors_written;
-      tensors_written.fetch_add(1, std::memory_order_relaxed);
-      lease.state().tensors.fetch_add(1, std::memory_order_relaxed);
+                       stats, plan.statistic_category, plan.ms_format);
+    rows.row_only += row_only ? 1 : 0;
+  }
+
+  // Appends the op's rows to its statistic.csv. The calling thread may be in a call that
+  // never entered the credentials (an op with nothing to write, releasing other ops' rows):
+  // they are entered here (nested in a call's own scope it is free).
+  Status appendRows(OpRows& rows) {
+    if (rows.inputs.empty() && rows.outputs.empty()) return {};
+    ScopedCredentials scope;
+    if (Status s = actAs(scope); !s) return s;
+    auto lease = pin(rows.dir);
+    if (!lease) return recordError(lease.error(), rows.dir.get());
+    rows.inputs.append(rows.outputs);
+    if (Status s = appendLine(lease.value(), /*stat_csv=*/true, rows.inputs); !s) {
+      return recordError(s.error(), rows.dir.get());
     }
     return {};
   }
+
+  void countRowOnly(const OpRows& rows, OpOutcome& outcome) {
+    if (rows.row_only == 0) return;
+    outcome.tensors_written += rows.row_only;
+    tensors_written.fetch_add(rows.row_only, std::memory_order_relaxed);
+    rows.dir->tensors.fetch_add(rows.row_only, std::memory_order_relaxed);
+  }
+
+  Result<OpOutcome> writeOpTensors(const OpRecord& op, OpOutcome* partial, OpRows& rows);
 
   // Dump once: tells the tensors that repeat t what was written for it.
   static void publishMemo(const TensorView& t, const DirState& ds, MemoResult memo) {
@@ -608,9 +639,9 @@ struct JobWriter::Impl {
     t.memo->publish(std::move(memo));
   }
 
-  Status writeTensor(DirLease& lease, const OpRecord& op, const TensorView& t, uint64_t elements,
-                     OpOutcome& outcome) {
-    if (t.same_as != nullptr) return writeRepeat(lease, op, t, elements, outcome);
+  Status writeTensor(DirLease& lease, OpRows& rows, const OpRecord& op, const TensorView& t,
+                     uint64_t elements, OpOutcome& outcome) {
+    if (t.same_as != nullptr) return writeRepeat(lease, rows, op, t, elements, outcome);
     DirState& ds = lease.state();
     const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
     const bool want_payload = plan.savesTensors();
@@ -649,11 +680,7 @@ struct JobWriter::Impl {
       } else {
         computeStats(t.dtype, elements, t.data, stat_options, stats);
       }
-      if (Status st =
-              appendStatistics(lease, op, t, elements, timestamp, stats, !want_payload, outcome);
-          !st) {
-        return st;
-      }
+      addStatistics(rows, op, t, elements, timestamp, stats, !want_payload);
       if (t.memo) memo.stats = stats;
     }
     publishMemo(t, ds, std::move(memo));
@@ -662,8 +689,8 @@ struct JobWriter::Impl {
 
   // A tensor that repeats an earlier one (dump once): its file is a hard link of that one's
   // (a copy where the file system has no links), its row has that one's statistics.
-  Status writeRepeat(DirLease& lease, const OpRecord& op, const TensorView& t, uint64_t elements,
-                     OpOutcome& outcome) {
+  Status writeRepeat(DirLease& lease, OpRows& rows, const OpRecord& op, const TensorView& t,
+                     uint64_t elements, OpOutcome& outcome) {
     DirState& ds = lease.state();
     auto refuse = [&](const std::string& why) {
       return makeError(ErrorCode::kInvalidArgument, "tensor " + std::string(op.op_name) + " " +
@@ -698,11 +725,7 @@ struct JobWriter::Impl {
     }
     if (want_stats) {
       if (!source.stats) return refuse("repeats a tensor that has no statistics row");
-      if (Status st = appendStatistics(lease, op, t, elements, timestamp, *source.stats,
-                                       !want_payload, outcome);
-          !st) {
-        return st;
-      }
+      addStatistics(rows, op, t, elements, timestamp, *source.stats, !want_payload);
       memo.stats = source.stats;
     }
     publishMemo(t, ds, std::move(memo));
@@ -845,8 +868,36 @@ void settleMemos(const OpRecord& op, size_t from, const std::string& why) {
 
 }  // namespace
 
+uint64_t JobWriter::takeRowTicket() {
+  return impl_->plan.savesStatistics() ? impl_->row_order.take() : 0;
+}
+
 Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
   Impl& m = *impl_;
+  OpRows rows;
+  OpOutcome failed_at;
+  auto result = m.writeOpTensors(op, &failed_at, rows);
+  OpOutcome& outcome = result ? result.value() : failed_at;
+  if (op.row_ticket == 0) {
+    if (Status s = m.appendRows(rows); !s) {
+      if (partial != nullptr) *partial = outcome;
+      return s.error();
+    }
+    m.countRowOnly(rows, outcome);
+  } else {
+    // Counted now: the rows are appended once every op before this one is done, possibly
+    // after this call returns. A failure then is a write error of the job (counters()).
+    m.countRowOnly(rows, outcome);
+    m.row_order.complete(op.row_ticket, std::move(rows),
+                         [&m](OpRows& r) { (void)m.appendRows(r); });
+  }
+  if (!result && partial != nullptr) *partial = outcome;
+  return result;
+}
+
+Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome* partial,
+                                                  OpRows& rows) {
+  Impl& m = *this;
   // Check every tensor first: a malformed record writes nothing.
   constexpr size_t kInlineTensors = 16;
   uint64_t inline_counts[kInlineTensors];
@@ -891,6 +942,7 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
     return m.recordError(lease.error());
   }
   DirState& dir = lease.value().state();
+  rows.dir = lease.value().sharedState();
 
   if (m.plan.op_debug_mode == 3) {
     uint32_t index = m.overflow_ops.fetch_add(1, std::memory_order_relaxed);
@@ -913,7 +965,7 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
       if (t.memo != nullptr) t.memo->publish(MemoResult{false, "it was not dumped"});
       continue;
     }
-    if (Status s = m.writeTensor(lease.value(), op, t, counts[i], outcome); !s) {
+    if (Status s = m.writeTensor(lease.value(), rows, op, t, counts[i], outcome); !s) {
       if (partial != nullptr) *partial = outcome;
       settleMemos(op, i, s.error().message);
       return m.recordError(s.error(), &dir);

@@ -85,7 +85,16 @@ class JobWriter {
   // dropped before it, so callers can account for every tensor. Every TensorView::memo of the
   // op is published before it returns (what was written, or why nothing was); a tensor with
   // TensorView::same_as waits until that memo is published.
+  //
+  // statistic.csv rows: each op's inputs' rows, then its outputs'. An op with a row ticket
+  // (OpRecord::row_ticket) appends them after every op holding an earlier ticket, so rows
+  // follow the order the tickets were taken in, however many threads write; without one,
+  // before the call returns.
   Result<OpOutcome> writeOp(const OpRecord& op, OpOutcome* partial = nullptr);
+
+  // A ticket for the next op's rows (0 when the job saves no statistics). Take tickets in
+  // the producer's order; every ticket taken must reach writeOp (in an OpRecord) once.
+  uint64_t takeRowTicket();
 
   // {net}/{graph}/constants/Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy
   Status writeConstant(uint32_t graph_id, std::string_view data_id, const TensorView& tensor);

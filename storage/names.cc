@@ -54,15 +54,27 @@ void appendTensorFileName(std::string& out, const TensorFileName& n) {
   out.append(".npy");
 }
 
-void appendShape(std::string& out, std::span<const int64_t> shape) {
-  out.push_back('[');
+namespace {
+
+void appendDims(std::string& out, std::span<const int64_t> shape, char open, char close) {
+  out.push_back(open);
   char buf[24];
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) out.push_back(',');
     auto r = std::to_chars(buf, buf + sizeof buf, shape[i]);
     out.append(buf, r.ptr);
   }
-  out.push_back(']');
+  out.push_back(close);
+}
+
+}  // namespace
+
+void appendShape(std::string& out, std::span<const int64_t> shape) {
+  appendDims(out, shape, '[', ']');
+}
+
+void appendShapeParenthesized(std::string& out, std::span<const int64_t> shape) {
+  appendDims(out, shape, '(', ')');
 }
 
 void appendStatNumber(std::string& out, double value) {

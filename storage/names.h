@@ -40,8 +40,10 @@ struct TensorFileName {
 // Appends "{op_type}.{op_name}.{task}.{stream}.{ts}.{io}.{slot}.{format}.{dtype}.npy".
 void appendTensorFileName(std::string& out, const TensorFileName& n);
 
-// Appends "[2,3]" ("[]" for a scalar).
+// Appends "[2,3]" ("[3]", "[]" for a scalar).
 void appendShape(std::string& out, std::span<const int64_t> shape);
+// Appends "(2,3)" ("(3)", "()" for a scalar): MindSpore 2.6's statistic.csv.
+void appendShapeParenthesized(std::string& out, std::span<const int64_t> shape);
 
 // Appends `value` exactly as `std::ostream << double` prints it with default flags and
 // precision (6 significant digits, %g): 9.53939, 1, 1.23457e+06, inf, -inf, nan.

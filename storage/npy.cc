@@ -139,17 +139,17 @@ class Lz4FrameWriter {
 bool needsConversion(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kInt4; }
 
 void buildNpyHeader(std::string& out, DType dtype, std::span<const int64_t> shape) {
-  // The dict exactly as numpy writes it: keys sorted, shape as a Python tuple repr.
+  // The dict as MindSpore's npy_header.cc writes it: numpy's keys and order, the shape with
+  // a comma after every dimension and no spaces ("(2,3,)", "(3,)", "()").
   std::string& dict = out;
   dict.assign(10, '\0');  // room for the 1.0 preamble
   dict.append("{'descr': '");
   dict.append(npyDescr(storedDType(dtype)));
   dict.append("', 'fortran_order': False, 'shape': (");
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) dict.append(", ");
-    appendInt(dict, shape[i]);
+  for (int64_t dim : shape) {
+    appendInt(dict, dim);
+    dict.push_back(',');
   }
-  if (shape.size() == 1) dict.push_back(',');
   dict.append("), }");
   // numpy: pad with spaces so preamble + header + '\n' is a multiple of 64 (1..64 spaces).
   size_t preamble = 10;

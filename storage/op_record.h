@@ -39,6 +39,8 @@ struct OpRecord {
   uint32_t task_id = 0;
   uint32_t stream_id = 0;
   std::span<const TensorView> tensors;
+  // JobWriter::takeRowTicket(); 0: rows are appended as soon as the op is written.
+  uint64_t row_ticket = 0;
 };
 
 }  // namespace dumpd::storage

@@ -59,9 +59,17 @@ StatOptions statOptionsFor(std::span<const StatCategory> categories) {
 }
 
 void appendStatisticRow(std::string& out, const StatRow& row, const TensorStats& stats,
-                        std::span<const StatCategory> categories) {
+                        std::span<const StatCategory> categories, config::MsFormat format) {
+  const bool released = format == config::MsFormat::k26;
   appendField(out, row.op_type);
-  appendField(out, row.op_name);
+  if (released) {
+    thread_local std::string name;
+    name.clear();
+    appendSanitized(name, row.op_name);
+    appendField(out, name);
+  } else {
+    appendField(out, row.op_name);
+  }
   appendCount(out, row.task_id);
   appendCount(out, row.stream_id);
   appendCount(out, row.timestamp_us);
@@ -72,7 +80,11 @@ void appendStatisticRow(std::string& out, const StatRow& row, const TensorStats&
   out.append(dtypeName(row.dtype));
   out.push_back(',');
   out.push_back('"');
-  appendShape(out, row.shape);
+  if (released) {
+    appendShapeParenthesized(out, row.shape);
+  } else {
+    appendShape(out, row.shape);
+  }
   out.append("\",");
   for (StatCategory c : categories) {
     switch (c) {

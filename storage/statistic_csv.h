@@ -9,6 +9,7 @@
 #include "base/dtype.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
+#include "config/ms_format.h"
 #include "storage/statistics.h"
 
 namespace dumpd::storage {
@@ -34,8 +35,10 @@ StatOptions statOptionsFor(std::span<const config::StatCategory> categories);
 
 // Appends one row: every field followed by ',' then "\n". A field holding ',', '"', CR or LF
 // is quoted RFC 4180 style (dumpd: MindSpore writes it raw and breaks the row); the shape is
-// always quoted ("[2,3]").
+// always quoted. The generation decides two fields: "2.6" writes Op Name sanitised like the
+// file name (Default_Add-op0) and Shape as "(2,3)" ("(3)", "()"); "2.7" writes Op Name as
+// given and Shape as "[2,3]" ("[3]", "[]").
 void appendStatisticRow(std::string& out, const StatRow& row, const TensorStats& stats,
-                        std::span<const config::StatCategory> categories);
+                        std::span<const config::StatCategory> categories, config::MsFormat format);
 
 }  // namespace dumpd::storage

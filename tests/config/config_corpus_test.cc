@@ -49,6 +49,8 @@ std::string trimNewline(std::string s) {
 // The corpus runs with MS_DIAGNOSTIC_DATA_PATH=/diag so path-less configs can be valid.
 Environment corpusEnv() {
   Environment env;
+  // The corpus spells every category, the hash ones included: the newer generation's.
+  env.dumpd_ms_format = "2.7";
   env.ms_diagnostic_data_path = "/diag";
   return env;
 }

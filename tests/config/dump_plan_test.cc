@@ -557,12 +557,52 @@ TEST(DumpPlanTest, InitialIteration) {
 
 // ---- statistic_category
 
+// The newer generation unless told: it knows every category.
 Result<DumpPlan> parseCategories(const nlohmann::json& categories,
-                                 const std::string& saved = "statistic") {
+                                 const std::string& saved = "statistic",
+                                 const std::string& ms_format = "2.7") {
   auto config = minimalConfig();
   config["common_dump_settings"]["saved_data"] = saved;
   config["common_dump_settings"]["statistic_category"] = categories;
-  return parse(config);
+  Environment env;
+  env.dumpd_ms_format = ms_format;
+  return parse(config, env);
+}
+
+TEST(DumpPlanTest, MsFormatDefaultsToTheReleasedGeneration) {
+  auto plan = parse(minimalConfig());
+  ASSERT_TRUE(plan) << errorOf(plan);
+  EXPECT_EQ(plan->ms_format, MsFormat::k26);
+  Environment env;
+  env.dumpd_ms_format = "2.7";
+  EXPECT_EQ(parse(minimalConfig(), env)->ms_format, MsFormat::k27);
+  env.dumpd_ms_format = "";
+  EXPECT_EQ(parse(minimalConfig(), env)->ms_format, MsFormat::k26);
+}
+
+TEST(DumpPlanTest, UnknownMsFormatIsAnErrorNamingIt) {
+  Environment env;
+  env.dumpd_ms_format = "2.8";
+  EXPECT_EQ(errorOf(parse(minimalConfig(), env)),
+            "ms_format (client option ms_format or DUMPD_MS_FORMAT) should be \"2.6\" or \"2.7\", "
+            "but got: 2.8");
+}
+
+TEST(DumpPlanTest, ReleasedGenerationRejectsHashCategoriesWithItsOwnList) {
+  for (const char* hash : {"hash", "hash:sha1", "hash:md5"}) {
+    EXPECT_EQ(errorOf(parseCategories({"max", hash}, "statistic", "2.6")),
+              std::string("The following statistic_category is invalid: ") + hash +
+                  ", the valid statistic_category are as follows: ['max', 'min', 'avg', "
+                  "'count', 'negative zero count', 'positive zero count', 'nan count', "
+                  "'negative inf count', 'positive inf count', 'zero count', 'md5', 'l2norm']");
+  }
+}
+
+TEST(DumpPlanTest, ReleasedGenerationKeepsDuplicateCategories) {
+  auto plan = parseCategories({"max", "md5", "max"}, "statistic", "2.6");
+  ASSERT_TRUE(plan) << errorOf(plan);
+  EXPECT_THAT(plan->statistic_category,
+              ElementsAre(StatCategory::kMax, StatCategory::kMd5, StatCategory::kMax));
 }
 
 TEST(DumpPlanTest, StatisticCategoryDefaultsWhenStatisticsAreSaved) {

@@ -95,7 +95,7 @@ TEST_F(ConformanceTest, SpecSection7WorkedExample) {
     ts[m[2].str() + "." + m[3].str()] = m[1];
     EXPECT_EQ(j["dtype"], "float32");
     EXPECT_EQ(j["shape"], json::parse("[2,3]"));
-    EXPECT_EQ(j["numpy_identical"], true) << name;
+    EXPECT_EQ(j["mindspore_identical"], true) << name;
     EXPECT_EQ(j["version"], 1);
     struct stat st;
     ASSERT_EQ(::stat(path("rank_0/Net/0/0/" + name).c_str(), &st), 0);
@@ -221,7 +221,7 @@ TEST_F(ConformanceTest, EveryDtypeRoundTripsThroughNumpy) {
     const json& j = files[name];
     EXPECT_EQ(j["dtype"], cases[i].numpy_dtype) << name;
     EXPECT_EQ(j["values"], json::parse(cases[i].values)) << name << " " << j["values"].dump();
-    EXPECT_EQ(j["numpy_identical"], true) << name;
+    EXPECT_EQ(j["mindspore_identical"], true) << name;
   }
 }
 
@@ -388,7 +388,7 @@ TEST_F(ConformanceTest, Lz4CommandLineRestoresTheExactNpy) {
     ASSERT_EQ(status, 0) << out;
     EXPECT_EQ(readFile(restored), readFile(path("rank_0/Plain/0/0/") + name)) << name;
     json j = runJson("file " + restored);
-    EXPECT_EQ(j["numpy_identical"], true);
+    EXPECT_EQ(j["mindspore_identical"], true);
     ::unlink(restored.c_str());
   }
 }

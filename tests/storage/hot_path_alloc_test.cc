@@ -72,7 +72,7 @@ TEST(HotPathAllocationTest, FormattingStatisticsAndNpyWritingAllocateNothingOnce
     appendStatisticRow(row,
                        {"MatMul", "Default/network/MatMul-op12", 1, 2, 1700000000000000,
                         Io::kOutput, 0, data.size(), DType::kFloat32, shape},
-                       stats, categories);
+                       stats, categories, config::MsFormat::k26);
     buildNpyHeader(header, DType::kFloat32, shape);
     ASSERT_TRUE(writeNpy(file, {DType::kFloat32, shape, values.size(), data}, header, false));
     ConstBuffer raw(reinterpret_cast<const std::byte*>(bf16.data()), bf16.size() * 2);

@@ -2,8 +2,9 @@
 """Reads dumpd output with numpy for the storage conformance tests.
 
 Commands (each prints JSON, one object per line):
-  load DIR    every .npy beneath DIR: path, dtype, shape, values, numpy_identical (the file
-              is byte for byte what numpy.save writes for the loaded array), version
+  load DIR    every .npy beneath DIR: path, dtype, shape, values, mindspore_identical (the
+              file is byte for byte what MindSpore's npy_header.cc and numpy's data layout
+              give for the loaded array), version
   file FILE   the same for one file (any name, e.g. a decompressed .npy.lz4)
   hash FILE   md5 and sha1 of the array's bytes
   csv FILE    statistic.csv read with the csv module: header, rows
@@ -33,18 +34,29 @@ def plain(value):
     return value
 
 
+def mindspore_npy(array):
+    """The file MindSpore writes for `array`, built from the rule in its npy_header.cc: the
+    shape with a comma after every dimension, spaces up to a multiple of 64, a newline."""
+    shape = "".join("%d," % d for d in array.shape)
+    text = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (array.dtype.str, shape)
+    version, length_bytes = (1, 2) if 10 + len(text) + 1 <= 65535 else (2, 4)
+    preamble = 8 + length_bytes
+    pad = 64 - (preamble + len(text) + 1) % 64
+    header = (text + " " * pad + "\n").encode("latin1")
+    return (b"\x93NUMPY" + bytes([version, 0]) + len(header).to_bytes(length_bytes, "little") +
+            header + array.tobytes())
+
+
 def describe(path, name):
     with open(path, "rb") as f:
         raw = f.read()
     array = np.load(io.BytesIO(raw), allow_pickle=False)
-    again = io.BytesIO()
-    np.save(again, array)
     return {
         "path": name,
         "dtype": str(array.dtype),
         "shape": list(array.shape),
         "values": plain(array.tolist()),
-        "numpy_identical": again.getvalue() == raw,
+        "mindspore_identical": mindspore_npy(array) == raw,
         "version": raw[6],
     }
 

@@ -52,14 +52,16 @@ TEST(NpyTest, HeaderIsNpy10PaddedTo64WithNewline) {
   ASSERT_EQ(h.size() % 64, 0u);
   EXPECT_EQ(h.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
   EXPECT_EQ(headerLen(h) + 10, h.size());
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  // MindSpore's npy_header.cc: a comma after every dimension, no spaces.
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,3,), }";
   EXPECT_EQ(h.substr(10, dict.size()), dict);
   EXPECT_EQ(h.back(), '\n');
   EXPECT_EQ(h.find_first_not_of(' ', 10 + dict.size()), h.size() - 1);
 }
 
-TEST(NpyTest, HeaderShapesAsPythonTuples) {
+TEST(NpyTest, HeaderShapesAsMindSporeWritesThem) {
   EXPECT_NE(header(DType::kInt8, {3}).find("'shape': (3,), }"), std::string::npos);
+  EXPECT_NE(header(DType::kInt8, {2, 3, 4, 5}).find("'shape': (2,3,4,5,), }"), std::string::npos);
   EXPECT_NE(header(DType::kInt8, {}).find("'shape': (), }"), std::string::npos);
   EXPECT_NE(header(DType::kBool, {0, 4}).find("'descr': '|b1'"), std::string::npos);
   // The stored dtype of a converted source dtype.
@@ -78,7 +80,7 @@ TEST(NpyTest, HeaderPadsLikeNumpyWhenAlreadyAligned) {
 }
 
 TEST(NpyTest, HugeHeaderSwitchesToVersion2) {
-  std::vector<int64_t> shape(30000, 1);
+  std::vector<int64_t> shape(40000, 1);
   std::string h;
   buildNpyHeader(h, DType::kFloat32, shape);
   ASSERT_GT(h.size(), 65535u);

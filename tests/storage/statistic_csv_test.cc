@@ -42,9 +42,33 @@ TEST(StatisticCsvTest, RowEndsEveryFieldWithCommaAndKeepsFullName) {
   appendStatisticRow(
       row,
       {"Add", "Default/Add-op0", 0, 0, 1700000000000001, Io::kInput, 0, 24, DType::kFloat32, shape},
-      s, kDefault);
+      s, kDefault, config::MsFormat::k27);
   EXPECT_EQ(row,
             "Add,Default/Add-op0,0,0,1700000000000001,input,0,24,float32,\"[2,3]\",6,1,9.53939,\n");
+}
+
+TEST(StatisticCsvTest, ReleasedGenerationSanitizesTheNameAndParenthesizesTheShape) {
+  // MindSpore 2.6's row for the same tensor (its system test checks "(3)" for a 1-D shape).
+  TensorStats s;
+  s.max = 6;
+  s.min = 1;
+  s.l2norm = 9.539392;
+  std::string row;
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{2, 3}, {3}, {}}) {
+    appendStatisticRow(
+        row, {"Add", "Default/net.a b/Add-op0", 0, 0, 7, Io::kInput, 0, 24, DType::kFloat32, shape},
+        s, kDefault, config::MsFormat::k26);
+  }
+  EXPECT_EQ(row,
+            "Add,Default_net_a_b_Add-op0,0,0,7,input,0,24,float32,\"(2,3)\",6,1,9.53939,\n"
+            "Add,Default_net_a_b_Add-op0,0,0,7,input,0,24,float32,\"(3)\",6,1,9.53939,\n"
+            "Add,Default_net_a_b_Add-op0,0,0,7,input,0,24,float32,\"()\",6,1,9.53939,\n");
+  row.clear();
+  std::vector<int64_t> one = {3};
+  appendStatisticRow(row,
+                     {"Add", "Default/Add-op0", 0, 0, 7, Io::kInput, 0, 12, DType::kFloat32, one},
+                     s, kDefault, config::MsFormat::k27);
+  EXPECT_EQ(row, "Add,Default/Add-op0,0,0,7,input,0,12,float32,\"[3]\",6,1,9.53939,\n");
 }
 
 TEST(StatisticCsvTest, RowWithEveryCategory) {
@@ -78,7 +102,8 @@ TEST(StatisticCsvTest, RowWithEveryCategory) {
       StatCategory::kSha1,
   };
   std::string row;
-  appendStatisticRow(row, {"T", "N", 1, 2, 3, Io::kOutput, 4, 0, DType::kBool, {}}, s, all);
+  appendStatisticRow(row, {"T", "N", 1, 2, 3, Io::kOutput, 4, 0, DType::kBool, {}}, s, all,
+                     config::MsFormat::k27);
   EXPECT_EQ(row,
             "T,N,1,2,3,output,4,0,bool,\"[]\",nan,-inf,1.23457e+06,4,1,2,3,4,5,6,0.5,"
             "abababababababababababababababab,0101010101010101010101010101010101010101,\n");
@@ -88,7 +113,7 @@ TEST(StatisticCsvTest, FieldsWithCommaQuoteOrNewlineAreQuoted) {
   TensorStats s;
   std::string row;
   appendStatisticRow(row, {"A,B", "x\"y\nz", 0, 0, 0, Io::kOutput, 0, 4, DType::kFloat32, {}}, s,
-                     {});
+                     {}, config::MsFormat::k27);
   EXPECT_EQ(row, "\"A,B\",\"x\"\"y\nz\",0,0,0,output,0,4,float32,\"[]\",\n");
 }
 

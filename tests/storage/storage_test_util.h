@@ -35,8 +35,12 @@ inline void PrintTo(const Credentials& c, std::ostream* os) { *os << describe(c)
 
 namespace dumpd::storage::testing {
 
-inline config::DumpPlan makePlan(config::SavedData saved = config::SavedData::kFull) {
+// Tests of the writer's mechanics use the newer generation's rows (the full op name is in
+// them); tests/storage/golden_test.cc covers both generations' text.
+inline config::DumpPlan makePlan(config::SavedData saved = config::SavedData::kFull,
+                                 config::MsFormat format = config::MsFormat::k27) {
   config::DumpPlan plan;
+  plan.ms_format = format;
   plan.config_text =
       "{\n  \"common_dump_settings\": {\"dump_mode\": 0, \"path\": \"/tmp/x\", \"net_name\": "
       "\"Net\", \"iteration\": \"0\", \"saved_data\": \"full\", \"input_output\": 0, "
