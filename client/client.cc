@@ -308,7 +308,9 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
     if (!t) return makeError(ErrorCode::kInvalidConfig, t.error().message);
     text = std::move(t.value());
   }
-  auto plan = config::parseDumpPlan(text, config::Environment::fromProcess());
+  config::Environment env = config::Environment::fromProcess();
+  if (!options.ms_format.empty()) env.dumpd_ms_format = options.ms_format;
+  auto plan = config::parseDumpPlan(text, env);
   if (!plan) return makeError(ErrorCode::kInvalidConfig, plan.error().message);
   impl->plan = std::move(plan.value());
   auto filter = config::Filter::create(impl->plan);
@@ -350,6 +352,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   hello->set_ring_bytes(impl->ring->mappedBytes());
   hello->set_device_target(options.device_target);
   hello->set_config_path(options.config_path);
+  hello->set_ms_format(std::string(config::msFormatName(impl->plan.ms_format)));
   // A config without "path" dumps beneath $MS_DIAGNOSTIC_DATA_PATH: the daemon validates it
   // in our environment, so it resolves the same directory.
   if (const char* d = std::getenv("MS_DIAGNOSTIC_DATA_PATH")) hello->set_ms_diagnostic_data_path(d);

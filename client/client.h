@@ -38,6 +38,9 @@ struct Options {
   std::string producer_name = "dumpd-cpp";
   std::string producer_version;  // written as ms_version in .dump_metadata/config.json
   std::string device_target = "CPU";
+  // The MindSpore generation the dump tree matches: "2.6" (released layout) or "2.7" (newer
+  // writer); "" -> $DUMPD_MS_FORMAT, else "2.6". See docs/compatibility.md.
+  std::string ms_format;
   int connect_timeout_ms = 10000;
   // Device tensors: bytes of device memory per GPU for snapshots in flight (0: copy
   // device-to-host on the producer's stream, no snapshot buffer). See docs/configuration.md.

@@ -105,6 +105,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["state"] = s.state();
     o["last_error"] = s.last_error();
     o["producer"] = s.producer();
+    o["ms_format"] = s.ms_format();
     o["stop_reason"] = s.stop_reason();
     o["uptime_s"] = s.uptime_s();
     o["unused_kernels"] =
@@ -151,9 +152,9 @@ std::string statusToTable(const v1::StatusReply& r) {
   if (r.sessions_size() == 0) {
     out << "no active sessions\n";
   } else {
-    std::snprintf(line, sizeof line, "%-4s %-8s %-4s %-4s %-16s %-10s %10s %10s %8s %6s %-9s\n",
-                  "ID", "PID", "RANK", "DEV", "NET", "STEP", "WRITTEN", "BYTES", "DROPPED", "RING",
-                  "STATE");
+    std::snprintf(
+        line, sizeof line, "%-4s %-8s %-4s %-4s %-16s %-10s %10s %10s %8s %6s %-9s %-3s\n", "ID",
+        "PID", "RANK", "DEV", "NET", "STEP", "WRITTEN", "BYTES", "DROPPED", "RING", "STATE", "MS");
     out << line;
     for (const v1::SessionStatus& s : r.sessions()) {
       const double ring = s.ring_capacity_bytes() == 0
@@ -162,13 +163,13 @@ std::string statusToTable(const v1::StatusReply& r) {
                                     static_cast<double>(s.ring_capacity_bytes());
       const std::string step = std::to_string(s.graph_id()) + "/" + std::to_string(s.iteration());
       std::snprintf(line, sizeof line,
-                    "%-4llu %-8d %-4u %-4u %-16.16s %-10s %10llu %10s %8llu %5.0f%% %-9s\n",
+                    "%-4llu %-8d %-4u %-4u %-16.16s %-10s %10llu %10s %8llu %5.0f%% %-9s %-3.3s\n",
                     static_cast<unsigned long long>(s.id()), s.pid(), s.rank(), s.device(),
                     printable(s.net_name()).c_str(), step.c_str(),
                     static_cast<unsigned long long>(s.counts().tensors_written()),
                     human(static_cast<double>(s.counts().bytes_written())).c_str(),
                     static_cast<unsigned long long>(s.counts().tensors_dropped()), ring,
-                    s.state().c_str());
+                    s.state().c_str(), printable(s.ms_format()).c_str());
       out << line;
       if (!s.last_error().empty()) out << "     last error: " << printable(s.last_error()) << "\n";
       if (!s.stop_reason().empty()) {

@@ -141,6 +141,7 @@ bool DumpSession::setUp() {
   auto info = std::make_shared<Info>();
   info->net_name = p.plan.net_name;
   info->path = p.plan.path;
+  info->ms_format = config::msFormatName(p.plan.ms_format);
   info->producer = hello_.producer_name() +
                    (hello_.producer_version().empty() ? "" : " " + hello_.producer_version());
   info_.store(info);
@@ -351,6 +352,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
     out->set_net_name(info->net_name);
     out->set_path(info->path);
     out->set_producer(info->producer);
+    out->set_ms_format(info->ms_format);
   }
   addTotals(out->mutable_counts());
   if (!ready_.load(std::memory_order_acquire)) return;

@@ -90,6 +90,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
     std::string net_name;
     std::string path;
     std::string producer;
+    std::string ms_format;
   };
 
   void run();  // session thread

@@ -34,6 +34,7 @@ std::optional<HelloError> checkHello(const v1::Hello& h, size_t fd_count) {
     return protocol("a path in the Hello is longer than " + std::to_string(kMaxPathBytes) +
                     " bytes");
   }
+  if (h.ms_format().size() > 16) return protocol("ms_format longer than 16 bytes");
   const std::string& t = h.device_target();
   if (!t.empty() && t != "CPU" && t != "GPU" && t != "Ascend") {
     return protocol("device_target must be CPU, GPU or Ascend");

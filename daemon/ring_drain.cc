@@ -347,11 +347,15 @@ void RingDrain::completeStep() {
   memos_.clear();  // a new step repeats nothing of the last one
   release_.waitIdle();
   publishSnapshot();
-  if (!filter_.iterationSelected(step_iteration_)) return;
-  Status s = writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped());
-  if (!s) warnings_.warn(s.error().message);
-  s = writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
-  if (!s) warnings_.warn(s.error().message);
+  const bool dumped = filter_.iterationSelected(step_iteration_);
+  if (dumped) {
+    Status s = writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped());
+    if (!s) warnings_.warn(s.error().message);
+  }
+  if (dumped || writer_->listsEveryIteration()) {
+    Status s = writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
+    if (!s) warnings_.warn(s.error().message);
+  }
 }
 
 void RingDrain::publishSnapshot() {
@@ -370,7 +374,8 @@ void RingDrain::publishSnapshot() {
 
 void RingDrain::finish() {
   release_.waitIdle();
-  if (have_step_ && filter_.iterationSelected(step_iteration_)) {
+  if (have_step_ &&
+      (filter_.iterationSelected(step_iteration_) || writer_->listsEveryIteration())) {
     // finish() below completes every open iteration; the global order gets its last line.
     (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
   }

@@ -37,6 +37,7 @@ Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, Uni
   if (!h.ms_diagnostic_data_path().empty()) {
     env.ms_diagnostic_data_path = h.ms_diagnostic_data_path();
   }
+  env.dumpd_ms_format = h.ms_format();  // empty (older clients): the default
   auto plan = config::parseDumpPlan(h.job_config(), env);
   if (!plan) return makeError(ErrorCode::kInvalidConfig, plan.error().message);
   auto filter = config::Filter::create(plan.value());

@@ -1161,4 +1161,6 @@ JobCounters JobWriter::counters() const {
 
 const config::DumpPlan& JobWriter::plan() const { return impl_->plan; }
 
+bool JobWriter::listsEveryIteration() const { return impl_->options.device_target != "CPU"; }
+
 }  // namespace dumpd::storage

@@ -104,6 +104,9 @@ class JobWriter {
   Status writeExecutionOrder(uint32_t graph_id, const std::vector<std::string>& op_names);
   // Appends one line (the iteration) to ms_global_execution_order_graph_{g}.csv.
   Status appendGlobalExecutionOrder(uint32_t graph_id, uint32_t iteration);
+  // Whether that file lists every executed iteration (GPU and Ascend producers) or only the
+  // dumped ones (CPU), as MindSpore's DumpRunIter does.
+  bool listsEveryIteration() const;
   // {net}/{graph}/{iteration}/{op_type}.{op_name}.json with string values.
   Status writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,
                          std::string_view op_name,

@@ -468,15 +468,19 @@ py::dict countsToDict(const client::Counts& c) {
 
 class PyClient {
  public:
-  static std::unique_ptr<PyClient> create(py::object config, std::optional<std::string> socket,
-                                          std::optional<int64_t> rank,
-                                          std::optional<int64_t> device,
-                                          std::optional<int64_t> ring_bytes,
-                                          std::optional<std::string> backpressure,
-                                          std::optional<int64_t> device_staging_bytes,
-                                          const std::string& cuda_fallback, bool dump_once) {
+  static std::unique_ptr<PyClient> create(
+      py::object config, std::optional<std::string> socket, std::optional<int64_t> rank,
+      std::optional<int64_t> device, std::optional<int64_t> ring_bytes,
+      std::optional<std::string> backpressure, std::optional<int64_t> device_staging_bytes,
+      const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format) {
     client::Options o;
     o.dump_once = dump_once;
+    if (ms_format) {
+      if (*ms_format != "2.6" && *ms_format != "2.7") {
+        throw py::value_error("ms_format must be \"2.6\" or \"2.7\", got \"" + *ms_format + "\"");
+      }
+      o.ms_format = *ms_format;
+    }
     if (cuda_fallback != "error" && cuda_fallback != "host") {
       throw py::value_error("cuda_fallback must be \"error\" or \"host\", got \"" + cuda_fallback +
                             "\"");
@@ -796,7 +800,7 @@ constexpr const char* kClientDoc =
     R"doc(A connection to the node's dumpd daemon for one training process (one rank).
 
 Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None,
-       *, device_staging_bytes=None, cuda_fallback="error", dump_once=True)
+       *, device_staging_bytes=None, cuda_fallback="error", dump_once=True, ms_format=None)
 
   config        path of the job's data_dump.json (str or os.PathLike), or a dict holding the
                 job config itself; default $MINDSPORE_DUMP_CONFIG.
@@ -817,6 +821,10 @@ Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpr
                 the daemon hard-links that file. dumpd.torch gives every tensor an identity
                 from the tensor object and its version counter. False: every item ships its
                 bytes.
+  ms_format     the MindSpore generation the tree matches: "2.6" (the released layout:
+                statistic.csv Op Name sanitised, Shape "(2,3)") or "2.7" (the newer writer:
+                full Op Name, Shape "[2,3]", SHA1 categories); default $DUMPD_MS_FORMAT, else
+                "2.6".
 
 CUDA tensors (dumpd.DeviceArray, or objects with __cuda_array_interface__) cost the caller a
 device copy on the op's stream and no host synchronisation: the bytes reach the ring on a
@@ -948,7 +956,7 @@ PYBIND11_MODULE(_dumpd, m) {
            py::arg("device") = py::none(), py::arg("ring_bytes") = py::none(),
            py::arg("backpressure") = py::none(), py::kw_only(),
            py::arg("device_staging_bytes") = py::none(), py::arg("cuda_fallback") = "error",
-           py::arg("dump_once") = true)
+           py::arg("dump_once") = true, py::arg("ms_format") = py::none())
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")

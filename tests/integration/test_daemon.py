@@ -54,10 +54,22 @@ def check_tree(root, rank, iterations, layers, elements, ios=("input", "output")
     assert len(files) == len(want), "duplicate files"
 
 
-def test_spec_section7_example_through_the_socket(daemon, workdir):
+# The row of input 0 in each generation (docs/compatibility.md): the released layout names
+# the op like its file and writes the shape as a tuple; the newer one keeps the full name.
+SPEC_ROW = {None: 'Add,Default_Add-op0,0,0,{ts},input,0,24,float32,"(2,3)",6,1,9.53939,',
+            "2.6": 'Add,Default_Add-op0,0,0,{ts},input,0,24,float32,"(2,3)",6,1,9.53939,',
+            "2.7": 'Add,Default/Add-op0,0,0,{ts},input,0,24,float32,"[2,3]",6,1,9.53939,'}
+
+
+@pytest.mark.parametrize("ms_format", [None, "2.6", "2.7"])
+def test_spec_section7_example_through_the_socket(daemon, workdir, ms_format):
     cfg = write_config(workdir, iteration="0", saved_data="full")
+    env = dict(os.environ)
+    env.pop("DUMPD_MS_FORMAT", None)
+    if ms_format:
+        env["DUMPD_MS_FORMAT"] = ms_format
     out = subprocess.run([SPEC_PRODUCER, daemon.socket, str(cfg)], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr + daemon.logtext()
     d = workdir / "dump" / "rank_0" / "Net" / "0" / "0"
     names = sorted(p.name for p in d.glob("*.npy"))
@@ -73,9 +85,10 @@ def test_spec_section7_example_through_the_socket(daemon, workdir):
                       "Shape,Max Value,Min Value,L2Norm Value")
     rows = sorted(csv[1:], key=lambda r: (r.split(",")[5], r.split(",")[6]))
     ts = re.fullmatch(pattern, names[0]).group(1)
-    assert rows[0] == f'Add,Default/Add-op0,0,0,{ts},input,0,24,float32,"[2,3]",6,1,9.53939,'
-    assert rows[1].endswith(',input,1,24,float32,"[2,3]",12,7,23.6432,')
-    assert rows[2].endswith(',output,0,24,float32,"[2,3]",18,8,32.9242,')
+    assert rows[0] == SPEC_ROW[ms_format].format(ts=ts)
+    shape = '"[2,3]"' if ms_format == "2.7" else '"(2,3)"'
+    assert rows[1].endswith(f',input,1,24,float32,{shape},12,7,23.6432,')
+    assert rows[2].endswith(f',output,0,24,float32,{shape},18,8,32.9242,')
     meta = workdir / "dump" / "rank_0" / ".dump_metadata"
     assert (meta / "data_dump.json").read_bytes() == cfg.read_bytes()
 
@@ -324,12 +337,23 @@ def test_status_reports_live_sessions(daemon, workdir):
     s = st["sessions"][0]
     assert (s["rank"], s["net_name"], s["iteration"], s["state"]) == (3, "Net", 1, "active")
     assert s["pid"] == p.pid and s["uid"] == os.getuid()
+    assert s["ms_format"] == "2.6", "the default generation, shown per session"
     assert st["totals"]["sessions_total"] == 1 and st["disk"][0]["free_bytes"] > 0
     human = subprocess.run([os.environ["DUMPCTL_BIN"], "--socket", daemon.socket, "status"],
                            capture_output=True, text=True)
     assert human.returncode == 0 and "Net" in human.stdout and "active" in human.stdout
     p.stdin.close()
     assert p.wait(timeout=60) == 0
+
+
+def test_unknown_ms_format_is_refused_by_the_client_naming_it(daemon, workdir):
+    cfg = write_config(workdir, iteration="0", saved_data="full")
+    env = dict(os.environ, DUMPD_MS_FORMAT="2.8")
+    out = subprocess.run([SPEC_PRODUCER, daemon.socket, str(cfg)], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode != 0
+    assert 'should be "2.6" or "2.7", but got: 2.8' in out.stderr
+    assert not (workdir / "dump" / "rank_0" / "Net").exists()
 
 
 def test_dumpctl_status_without_daemon_fails_in_one_line(workdir):

@@ -135,11 +135,11 @@ def test_device_statistics_give_the_csv_the_host_bytes_give(daemon, workdir, sta
     assert device_rows == rows["host"][1]
     # And the values are the tensors' own: op 3's output is 0.5k + 3, k < 5000.
     out3 = dict(zip([h for h in header if h != "Timestamp"],
-                    device_rows[("Default/net/Fake-op3", "output", "0")]))
+                    device_rows[("Default_net_Fake-op3", "output", "0")]))
     assert float(out3["Max Value"]) == pytest.approx(0.5 * 4999 + 3)
     assert out3["Count"] == "5000"
     assert out3["Data Size"] == "20000", "the tensor's size, not the 96 bytes sent"
-    assert rows["device"][1][("Default/net/Fake-op7", "output", "0")][
+    assert rows["device"][1][("Default_net_Fake-op7", "output", "0")][
         header.index("NaN Count") - 1] == "1"
 
 
@@ -150,4 +150,4 @@ def test_overflow_mode_with_device_statistics_keeps_only_ops_with_nan(daemon, wo
     assert out.returncode == 0, out.stderr + daemon.logtext()
     assert "statistics 60" in out.stdout, out.stdout
     _, rows = statistic_rows(workdir / "dump")
-    assert {name for name, _, _ in rows} == {f"Default/net/Fake-op{i}" for i in (0, 10, 20)}
+    assert {name for name, _, _ in rows} == {f"Default_net_Fake-op{i}" for i in (0, 10, 20)}
