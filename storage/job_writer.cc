@@ -144,6 +144,7 @@ struct DirState {
   std::shared_ptr<Directory> dir;          // null while closed (not opened yet, or closed as LRU)
   std::list<DirState*>::iterator lru_pos;  // in Impl::lru while `dir` is set
   bool cleaned = false;                    // stale temporaries removed (at the first open)
+  bool detached = false;                   // completed: never opened again
   // Calls using `dir` now (DirLease); a pinned directory is never closed. Raised under
   // Impl::mu; lowered without it, with release, pairs with the acquire in
   // Impl::closeLeastRecentlyUsed(): the holder's uses happen before the close.
@@ -317,6 +318,12 @@ struct JobWriter::Impl {
 
   // REQUIRES: mu held.
   Result<DirLease> pinLocked(const std::shared_ptr<DirState>& ds) {
+    if (ds->detached) {
+      // Rows held for an earlier ticket past their iteration's completion (a caller that
+      // broke completeIteration's contract): never reopen a completed directory.
+      return makeError(ErrorCode::kInternal,
+                       ds->path + " was completed before all of its rows were written");
+    }
     if (ds->dir) {
       lru.splice(lru.begin(), lru, ds->lru_pos);
       ds->pins.fetch_add(1, std::memory_order_relaxed);  // under mu, as every reader
@@ -361,6 +368,7 @@ struct JobWriter::Impl {
   // Takes `ds` out of the open directories; returns its directory (null when closed).
   // REQUIRES: mu held.
   std::shared_ptr<Directory> detachLocked(DirState& ds) {
+    ds.detached = true;
     if (!ds.dir) return nullptr;
     lru.erase(ds.lru_pos);
     open_directories.store(lru.size(), std::memory_order_relaxed);

@@ -115,7 +115,9 @@ class JobWriter {
   // Marks an iteration complete: closes its appenders, fsyncs per the durability setting,
   // appends a line to .dump_metadata/manifest.jsonl. Idempotent per (graph, iteration).
   // `dropped_upstream` adds tensors dropped before storage (backpressure drop).
-  // REQUIRES: no writeOp of this iteration in flight. A later writeOp reopens the iteration,
+  // REQUIRES: no writeOp of this iteration in flight, and every row ticket taken before it
+  // completed (its rows may still be held for an earlier ticket otherwise; they are then
+  // refused as a write error, not appended). A later writeOp reopens the iteration,
   // and its next completion appends another manifest line (the last line counts).
   Status completeIteration(uint32_t graph_id, uint32_t iteration, uint64_t dropped_upstream = 0,
                            std::string_view reason = {});

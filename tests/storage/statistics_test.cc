@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "storage/convert.h"
+#include "storage_test_util.h"
 
 namespace dumpd::storage {
 namespace {
@@ -17,15 +18,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr float kNanF = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 
-template <typename T>
-TensorStats statsOf(DType dtype, const std::vector<T>& values, uint64_t elements = 0,
-                    StatOptions options = {}) {
-  TensorStats s;
-  if (elements == 0) elements = values.size();
-  ConstBuffer data(reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(T));
-  computeStats(dtype, elements, data, options, s);
-  return s;
-}
+using testing::statsOf;
 
 TEST(StatisticsTest, SpecExampleInput) {
   TensorStats s = statsOf(DType::kFloat32, std::vector<float>{1, 2, 3, 4, 5, 6});

@@ -25,6 +25,7 @@
 #include "config/dump_plan.h"
 #include "storage/credentials.h"
 #include "storage/op_record.h"
+#include "storage/statistics.h"
 
 namespace dumpd::storage {
 
@@ -110,6 +111,17 @@ OwnedTensor makeTensor(Io io, uint32_t slot, DType dtype, std::vector<int64_t> s
 inline OwnedTensor floatTensor(Io io, uint32_t slot, std::vector<int64_t> shape,
                                const std::vector<float>& values, uint64_t ts = 1700000000000000) {
   return makeTensor(io, slot, DType::kFloat32, std::move(shape), values, ts);
+}
+
+// computeStats over `values` (elements: all of them when 0).
+template <typename T>
+TensorStats statsOf(DType dtype, const std::vector<T>& values, uint64_t elements = 0,
+                    StatOptions options = {}) {
+  TensorStats s;
+  if (elements == 0) elements = values.size();
+  ConstBuffer data(reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(T));
+  computeStats(dtype, elements, data, options, s);
+  return s;
 }
 
 // An OpRecord over owned tensors (keeps the views alive).
