@@ -110,7 +110,7 @@ class AppendFile {
 };
 
 struct DirectoryOptions {
-  bool create = false;        // mkdir -p the missing components (mode 0755)
+  bool create = false;        // mkdir -p the missing components (mode 0700, as MindSpore)
   bool sync_created = false;  // fsync each parent in which a component was created
 };
 
@@ -133,7 +133,8 @@ class Directory {
   // root-relative path.
   virtual Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing,
                                                          std::string_view name, uint32_t mode) = 0;
-  // Opens `name` for appending, creating it (mode 0644) when missing.
+  // Opens `name` for appending, creating it (mode 0600: appended to again after a reopen, so
+  // not MindSpore's 0400) when missing.
   virtual Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) = 0;
   // fsync of an existing file, by name.
   virtual Status syncFile(std::string_view name) = 0;

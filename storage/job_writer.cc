@@ -22,7 +22,8 @@ namespace {
 using config::Durability;
 
 constexpr uint32_t kTensorFileMode = 0400;  // as MindSpore leaves its tensor files
-constexpr uint32_t kOtherFileMode = 0644;
+// Files written once (metadata, graphs, execution order, kernel args): MindSpore's 0400 too.
+constexpr uint32_t kOtherFileMode = 0400;
 // With a free-space watermark, statvfs is asked again after at most this many payload bytes.
 constexpr uint64_t kFreeSpaceRecheckBytes = uint64_t{64} << 20;
 
@@ -52,6 +53,26 @@ bool ioSelected(config::IoSelect select, Io io) {
 std::string jsonString(std::string_view s) {
   return nlohmann::json(std::string(s))
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// MindSpore's kernel-args file name: "{t}.{n}.json", t the last path component of the full
+// name cut at its last '-' ("Default/MatMul-op3" -> "MatMul"), n the full name with '.' and
+// '/' replaced by '_' (dumpd: control bytes too). An empty t is the op type (sanitised).
+std::string kernelArgsFileName(std::string_view op_type, std::string_view op_name) {
+  std::string_view tail = op_name.substr(op_name.rfind('/') + 1);  // npos + 1 == 0
+  tail = tail.substr(0, tail.rfind('-'));
+  std::string name;
+  if (tail.empty()) {
+    appendSanitized(name, op_type);
+  } else {
+    for (char c : tail) name.push_back(static_cast<unsigned char>(c) < 0x20 ? '_' : c);
+  }
+  name.push_back('.');
+  for (char c : op_name) {
+    name.push_back(c == '.' || c == '/' || static_cast<unsigned char>(c) < 0x20 ? '_' : c);
+  }
+  name.append(".json");
+  return name;
 }
 
 // Per-thread scratch strings: names, headers and rows are built without allocating once warm.
@@ -992,21 +1013,38 @@ Status JobWriter::writeConstant(uint32_t graph_id, std::string_view data_id,
   if (Status s = m.actAs(scope); !s) return s;
   auto lease = m.constantsDir(graph_id);
   if (!lease) return m.recordError(lease.error());
-  std::string name = "Parameter.data-";
-  appendSanitized(name, data_id);
-  name.append(".0.0.");
-  appendDecimal(name, tensor.timestamp_us != 0 ? tensor.timestamp_us : nowMicros());
-  name.append(".output.0.DefaultFormat.");
-  name.append(dtypeName(tensor.dtype));
-  name.append(m.lz4 ? ".npy.lz4" : ".npy");
-  NpyPayload payload{tensor.dtype, tensor.shape, n.value(), tensor.data};
-  auto r = m.writePayload(lease.value(), name, payload, m.otherSync());
-  if (!r) return m.recordError(r.error());
-  if (r.value().first) {
-    m.tensors_written.fetch_add(1, std::memory_order_relaxed);
-    m.bytes_written.fetch_add(r.value().second, std::memory_order_relaxed);
-  } else {
-    m.countDropped(nullptr, 1, {});
+  std::string op_name = "data-";
+  appendSanitized(op_name, data_id);
+  const uint64_t timestamp = tensor.timestamp_us != 0 ? tensor.timestamp_us : nowMicros();
+  if (m.plan.savesTensors()) {
+    std::string name = "Parameter." + op_name + ".0.0.";
+    appendDecimal(name, timestamp);
+    name.append(".output.0.DefaultFormat.");
+    name.append(dtypeName(tensor.dtype));
+    name.append(m.lz4 ? ".npy.lz4" : ".npy");
+    NpyPayload payload{tensor.dtype, tensor.shape, n.value(), tensor.data};
+    auto r = m.writePayload(lease.value(), name, payload, m.otherSync());
+    if (!r) return m.recordError(r.error());
+    if (r.value().first) {
+      m.tensors_written.fetch_add(1, std::memory_order_relaxed);
+      m.bytes_written.fetch_add(r.value().second, std::memory_order_relaxed);
+    } else {
+      m.countDropped(nullptr, 1, {});
+    }
+  }
+  if (m.plan.savesStatistics() && hasStatistics(tensor.dtype)) {
+    // constants/statistic.csv, as MindSpore's GPU dump writes it: Op Type "Parameter", Op
+    // Name the file's "data-{id}" in both generations.
+    TensorStats stats;
+    computeStats(tensor.dtype, n.value(), tensor.data, m.stat_options, stats);
+    OpRows rows;
+    rows.dir = lease.value().sharedState();
+    appendStatisticRow(rows.outputs,
+                       {"Parameter", op_name, 0, 0, timestamp, Io::kOutput, 0,
+                        sourceBytes(tensor.dtype, n.value()), tensor.dtype, tensor.shape},
+                       stats, m.plan.statistic_category, m.plan.ms_format);
+    if (Status s = m.appendRows(rows); !s) return s;
+    if (!m.plan.savesTensors()) m.tensors_written.fetch_add(1, std::memory_order_relaxed);
   }
   return {};
 }
@@ -1079,21 +1117,15 @@ Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::st
   if (Status s = m.actAs(scope); !s) return s;
   auto lease = m.iterationDir(graph_id, iteration);
   if (!lease) return m.recordError(lease.error());
-  std::string name;
-  appendSanitized(name, op_type);
-  name.push_back('.');
-  appendSanitized(name, op_name);
-  name.append(".json");
-  // One line, Python json.dumps style: {"transpose_a": "False", "transpose_b": "True"}
-  std::string text = "{";
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (i) text.append(", ");
-    text.append(jsonString(args[i].first));
-    text.append(": ");
-    text.append(jsonString(args[i].second));
-  }
-  text.append("}");
-  if (auto r = m.publishText(lease.value(), name, text, m.tensorSync(), ".json"); !r) {
+  const std::string name = kernelArgsFileName(op_type, op_name);
+  // As MindSpore's E2eDump writes it: nlohmann's dump(4) of an object of strings (keys
+  // sorted), no trailing newline; "null" when there are none.
+  nlohmann::json j;
+  for (const auto& [key, value] : args) j[key] = value;
+  const std::string text = j.dump(4, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (auto r = m.publish(lease.value(), name, ".json", false, kTensorFileMode, m.tensorSync(),
+                         [&text](WritableFile& f) { return f.write(asBytes(text)); });
+      !r) {
     return m.recordError(r.error(), &lease.value().state());
   }
   return {};

@@ -97,6 +97,7 @@ class JobWriter {
   uint64_t takeRowTicket();
 
   // {net}/{graph}/constants/Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy
+  // (saved_data tensor/full) and its row in constants/statistic.csv (statistic/full).
   Status writeConstant(uint32_t graph_id, std::string_view data_id, const TensorView& tensor);
   // graphs/ms_output_trace_code_graph_{g}.ir and/or .pb (empty view = not written)
   Status writeGraph(uint32_t graph_id, std::string_view ir_text, std::string_view pb_bytes);

@@ -9,7 +9,7 @@ using Kind = MemoryFileSystem::Entry::Kind;
 
 struct MemoryFileSystem::Node {
   Kind kind = Kind::kDirectory;
-  uint32_t mode = 0755;
+  uint32_t mode = 0700;
   std::string data;         // file contents / symlink target
   std::string synced_data;  // contents as of the last fsync
   std::map<std::string, std::shared_ptr<Node>, std::less<>> children;
@@ -207,7 +207,7 @@ class MemDirectory final : public Directory {
       if (it == node_->children.end()) {
         file = std::make_shared<Node>();
         file->kind = Kind::kFile;
-        file->mode = 0644;
+        file->mode = 0600;
         node_->children.emplace(std::string(name), file);
       } else if (it->second->kind == Kind::kSymlink) {
         return fsError(ELOOP, "open", path);

@@ -208,7 +208,7 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
     {
       ScopedCredentials scope;
       if (Status s = actAs(scope, *ctx_, "open", path); !s) return s.error();
-      int fd = ::openat(fd_.get(), n.c_str(), kFlags | O_CREAT | O_EXCL, 0644);
+      int fd = ::openat(fd_.get(), n.c_str(), kFlags | O_CREAT | O_EXCL, 0600);
       if (fd < 0 && errno == EEXIST) fd = ::openat(fd_.get(), n.c_str(), kFlags);
       if (fd < 0) return fsError(errno, "open", path);
       guard.reset(fd);
@@ -445,7 +445,7 @@ class PosixFileSystem final : public FileSystem {
       int fd = ::openat(parent, component.c_str(), kDirFlags);
       bool created = false;
       if (fd < 0 && errno == ENOENT && options.create) {
-        if (::mkdirat(parent, component.c_str(), 0755) == 0) {
+        if (::mkdirat(parent, component.c_str(), 0700) == 0) {
           created = true;
         } else if (errno != EEXIST) {
           return fsError(errno, "mkdir", sub);

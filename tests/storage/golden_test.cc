@@ -3,6 +3,7 @@
 // that tests/storage/golden/make_golden.py (an implementation of MindSpore's rules apart from
 // dumpd's) wrote. The daemon's path is covered by tests/integration/test_golden.py.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,17 @@ class GoldenTest : public ::testing::TestWithParam<config::MsFormat> {
     ASSERT_EQ(mapping.rfind(mapped + ",Op.Default_", 0), 0u) << mapping;
     EXPECT_EQ(mapping.size(), mapped.size() + 1 + 256 + 1) << "one line naming 256 bytes";
     EXPECT_TRUE(readFile(dir + mapped) == readFile(kGolden + "npy/long.npy"));
+    // MindSpore's modes: directories 0700, tensor files 0400; statistic.csv 0600 (dumpd).
+    EXPECT_EQ(modeOf(dir), 0700u);
+    EXPECT_EQ(modeOf(root_.path() + "/rank_0"), 0700u);
+    EXPECT_EQ(modeOf(dir + mapped), 0400u);
+    EXPECT_EQ(modeOf(dir + "statistic.csv"), 0600u);
+  }
+
+  static unsigned modeOf(const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
   }
 
   Golden golden_;

@@ -121,7 +121,9 @@ TEST_F(JobWriterTest, SpecExampleTreeNamesAndStatistics) {
   EXPECT_EQ(mem_->fileMode("rank_0/Net/0/0/Add.Default_Add-op0.0.0.1700000000000002.output.0."
                            "DefaultFormat.float32.npy"),
             0400u);
-  EXPECT_EQ(mem_->fileMode("rank_0/Net/0/0/statistic.csv"), 0644u);
+  // Appended to again after a reopen: 0600, not MindSpore's 0400 (docs/compatibility.md).
+  EXPECT_EQ(mem_->fileMode("rank_0/Net/0/0/statistic.csv"), 0600u);
+  EXPECT_EQ(mem_->fileMode("rank_0/.dump_metadata/config.json"), 0400u);
   auto c = w->counters();
   EXPECT_EQ(c.tensors_written, 3u);
   EXPECT_EQ(c.bytes_written, 3 * out.size());
@@ -422,8 +424,27 @@ TEST_F(JobWriterTest, KernelArgsJsonHasStringValues) {
   auto w = make(plan);
   ASSERT_TRUE(w->writeKernelArgs(0, 2, "MatMul", "Default/MatMul-op3",
                                  {{"transpose_a", "False"}, {"transpose_b", "True"}}));
+  // MindSpore's json.dump(4): keys sorted, 4-space indent, no trailing newline; mode 0400.
   EXPECT_EQ(read("rank_0/Net/0/2/MatMul.Default_MatMul-op3.json"),
-            "{\"transpose_a\": \"False\", \"transpose_b\": \"True\"}");
+            "{\n    \"transpose_a\": \"False\",\n    \"transpose_b\": \"True\"\n}");
+  EXPECT_EQ(mem_->fileMode("rank_0/Net/0/2/MatMul.Default_MatMul-op3.json"), 0400u);
+}
+
+TEST_F(JobWriterTest, KernelArgsFileIsNamedByMindSporesRule) {
+  config::DumpPlan plan = makePlan();
+  plan.save_kernel_args = true;
+  auto w = make(plan);
+  // The type comes from the name (its last component cut at the last '-'); only '.' and '/'
+  // are replaced in the name part. No args: "null".
+  ASSERT_TRUE(
+      w->writeKernelArgs(0, 0, "Conv2DFusion", "Default/net.a/conv1-Conv2d b/Conv2D-op12", {}));
+  EXPECT_EQ(read("rank_0/Net/0/0/Conv2D.Default_net_a_conv1-Conv2d b_Conv2D-op12.json"), "null");
+  // A name without '-' gives its whole last component; an empty one the op type.
+  ASSERT_TRUE(w->writeKernelArgs(0, 0, "Add", "Default/Add", {{"b", "1"}, {"a", "2"}}));
+  EXPECT_EQ(read("rank_0/Net/0/0/Add.Default_Add.json"),
+            "{\n    \"a\": \"2\",\n    \"b\": \"1\"\n}");
+  ASSERT_TRUE(w->writeKernelArgs(0, 0, "My.Op", "Default/-op1", {}));
+  EXPECT_EQ(read("rank_0/Net/0/0/My_Op.Default_-op1.json"), "null");
 }
 
 TEST_F(JobWriterTest, KernelArgsAreSkippedWhenThePlanSaysNo) {
@@ -456,8 +477,27 @@ TEST_F(JobWriterTest, LongNamesGoThroughMappingCsv) {
   EXPECT_EQ(mapping.find("Op Type"), std::string::npos);  // no header
 }
 
+TEST_F(JobWriterTest, ConstantStatisticsGoToConstantsStatisticCsv) {
+  for (auto saved : {config::SavedData::kStatistic, config::SavedData::kFull}) {
+    mem_ = std::make_shared<MemoryFileSystem>();
+    auto w = make(makePlan(saved, config::MsFormat::k26));
+    auto t = floatTensor(Io::kOutput, 0, {2, 1}, {1, 2}, 1700000000000123);
+    ASSERT_TRUE(w->writeConstant(4, "7", t.view()));
+    auto t2 = floatTensor(Io::kOutput, 0, {}, {-3}, 1700000000000124);
+    ASSERT_TRUE(w->writeConstant(4, "8", t2.view()));
+    EXPECT_EQ(read("rank_0/Net/4/constants/statistic.csv"),
+              "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
+              "Max Value,Min Value,L2Norm Value\n"
+              "Parameter,data-7,0,0,1700000000000123,output,0,8,float32,\"(2,1)\",2,1,2.23607,\n"
+              "Parameter,data-8,0,0,1700000000000124,output,0,4,float32,\"()\",-3,-3,3,\n");
+    EXPECT_EQ(filesIn("rank_0/Net/4/constants").size(),
+              saved == config::SavedData::kFull ? 3u : 1u);
+    EXPECT_EQ(w->counters().tensors_written, 2u);
+  }
+}
+
 TEST_F(JobWriterTest, ConstantsGoUnderTheGraph) {
-  auto w = make(makePlan());
+  auto w = make(makePlan(config::SavedData::kTensor));
   auto t = floatTensor(Io::kOutput, 0, {2}, {1, 2}, 1700000000000123);
   ASSERT_TRUE(w->writeConstant(4, "7", t.view()));
   EXPECT_EQ(filesIn("rank_0/Net/4/constants"),
