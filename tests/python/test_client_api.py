@@ -181,6 +181,32 @@ def test_rank_names_the_rank_directory(daemon: Daemon, config: Path, tmp_path: P
     assert f.rank == 5
 
 
+@pytest.mark.parametrize("ms_format, env, row", [
+    (None, None, 'Add,Default_net_Add-op0,0,0,{ts},input,0,12,float32,"(3)",3,1,3.74166,'),
+    ("2.7", None, 'Add,Default/net/Add-op0,0,0,{ts},input,0,12,float32,"[3]",3,1,3.74166,'),
+    (None, "2.7", 'Add,Default/net/Add-op0,0,0,{ts},input,0,12,float32,"[3]",3,1,3.74166,'),
+    ("2.6", "2.7", 'Add,Default_net_Add-op0,0,0,{ts},input,0,12,float32,"(3)",3,1,3.74166,'),
+])
+def test_ms_format_picks_the_statistic_csv_generation(daemon: Daemon, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      ms_format, env, row) -> None:
+    """The option wins over $DUMPD_MS_FORMAT; without either, MindSpore 2.6's layout."""
+    if env is None:
+        monkeypatch.delenv("DUMPD_MS_FORMAT", raising=False)
+    else:
+        monkeypatch.setenv("DUMPD_MS_FORMAT", env)
+    config = make_config(tmp_path, saved_data="statistic")
+    kwargs = {} if ms_format is None else {"ms_format": ms_format}
+    x = np.array([1, 2, 3], dtype=np.float32)
+    with dumpd.Client(config, socket=daemon.socket, **kwargs) as client:
+        client.dump("Add", "Default/net/Add-op0", "input", 0, x)
+        client.flush()
+    [csv] = (tmp_path / "dump").rglob("statistic.csv")
+    line = csv.read_text().splitlines()[1]
+    ts = line.split(",")[4]
+    assert line == row.format(ts=ts)
+
+
 def test_config_from_environment_and_dict(daemon: Daemon, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     config = make_config(tmp_path)
@@ -383,6 +409,7 @@ def test_daemon_error_when_no_daemon_listens(config: Path, tmp_path: Path) -> No
     ({"ring_bytes": 0}, ValueError, "ring_bytes"),
     ({"ring_bytes": 1000}, ValueError, "minimum"),
     ({"socket": "/tmp/" + "s" * 200}, ValueError, "longer than"),
+    ({"ms_format": "2.5"}, ValueError, "ms_format must be"),
 ])
 def test_bad_constructor_arguments(daemon: Daemon, config: Path, kwargs, exc, match) -> None:
     kwargs.setdefault("socket", daemon.socket)
