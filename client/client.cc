@@ -442,7 +442,9 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   m.same_refs.clear();
   m.memo_specs.clear();
   // Not in overflow mode: there the daemon decides per op from the bytes whether to write.
-  dump_once = dump_once && m.options.dump_once && m.plan.op_debug_mode != 3;
+  // A bin file holds its op's own bytes: there is no file to link a repeat to.
+  dump_once = dump_once && m.options.dump_once && m.plan.op_debug_mode != 3 &&
+              m.plan.file_format != config::FileFormat::kBin;
   const uint64_t ts = nowMicros();
   uint64_t payload_bytes = 0;
   for (const Tensor& t : op.tensors) {

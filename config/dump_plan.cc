@@ -490,10 +490,6 @@ Status PlanParser::parseSavedData(const json& common) {
     warn("op_debug_mode 4 saves tensors only: saved_data " + *s + " is set to tensor");
     plan_.saved_data = SavedData::kTensor;
   }
-  if (plan_.savesStatistics() && plan_.file_format == FileFormat::kBin) {
-    return invalid("Dump Json parse failed, saved_data " + *s +
-                   " is only supported when file_format is set to 'npy', but got: bin");
-  }
   return {};
 }
 

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "storage/bin_file.h"
+#include "storage/bin_op.h"
 #include "storage/credentials.h"
 #include "storage/in_order.h"
 #include "storage/names.h"
@@ -659,6 +661,10 @@ struct JobWriter::Impl {
   }
 
   Result<OpOutcome> writeOpTensors(const OpRecord& op, OpOutcome* partial, OpRows& rows);
+  // file_format "bin": the op's selected tensors (counts[i] elements each) as one file
+  // (storage/bin_op.h), their statistics rows as for npy.
+  Status writeOpBin(DirLease& lease, OpRows& rows, const OpRecord& op, const uint64_t* counts,
+                    OpOutcome& outcome);
 
   // Dump once: tells the tensors that repeat t what was written for it.
   static void publishMemo(const TensorView& t, const DirState& ds, MemoResult memo) {
@@ -852,10 +858,6 @@ Result<std::unique_ptr<JobWriter>> JobWriter::create(std::shared_ptr<FileSystem>
                                                      const config::DumpPlan& plan,
                                                      JobOptions options) {
   if (!fs) return makeError(ErrorCode::kInvalidArgument, "JobWriter needs a file system");
-  if (plan.file_format == config::FileFormat::kBin) {
-    return makeError(ErrorCode::kInvalidArgument,
-                     "file_format 'bin' is not supported by dumpd's writer yet; use 'npy'");
-  }
   auto impl = std::make_unique<Impl>();
   impl->fs = std::move(fs);
   impl->plan = plan;
@@ -988,6 +990,15 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
     }
   }
 
+  if (m.plan.file_format == config::FileFormat::kBin) {
+    Status s = m.writeOpBin(lease.value(), rows, op, counts, outcome);
+    settleMemos(op, 0, "file_format bin writes every op's own bytes: no tensor is repeated");
+    if (!s) {
+      if (partial != nullptr) *partial = outcome;
+      return m.recordError(s.error(), &dir);
+    }
+    return outcome;
+  }
   for (size_t i = 0; i < op.tensors.size(); ++i) {
     const TensorView& t = op.tensors[i];
     if (!ioSelected(m.plan.input_output, t.io) || counts[i] == 0) {
@@ -1001,6 +1012,79 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
     }
   }
   return outcome;
+}
+
+Status JobWriter::Impl::writeOpBin(DirLease& lease, OpRows& rows, const OpRecord& op,
+                                   const uint64_t* counts, OpOutcome& outcome) {
+  DirState& ds = lease.state();
+  const bool want_payload = plan.savesTensors();
+  // One timestamp for the file name, dump_time and the op's statistic rows.
+  uint64_t timestamp = 0;
+  for (size_t i = 0; i < op.tensors.size() && timestamp == 0; ++i) {
+    if (ioSelected(plan.input_output, op.tensors[i].io)) timestamp = op.tensors[i].timestamp_us;
+  }
+  if (timestamp == 0) timestamp = nowMicros();
+  thread_local BinOpFile file;
+  file.clear();
+  // Empty tensors are in the file too (size 0), so that a reader's index is the slot.
+  for (size_t i = 0; i < op.tensors.size(); ++i) {
+    const TensorView& t = op.tensors[i];
+    if (!ioSelected(plan.input_output, t.io)) continue;
+    if (t.same_as != nullptr) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "tensor " + std::string(op.op_name) + " " + std::string(ioName(t.io)) + " " +
+                           std::to_string(t.slot) +
+                           " repeats an earlier tensor, but a bin file holds its op's own "
+                           "bytes (clients send no repeats to file_format bin jobs)");
+    }
+    if (want_payload && t.sums != nullptr) {
+      return makeError(ErrorCode::kInvalidArgument, "tensor " + std::string(op.op_name) +
+                                                        " carries device statistics, but " +
+                                                        "the job saves tensors");
+    }
+    if (plan.savesStatistics() && hasStatistics(t.dtype) && counts[i] != 0) {
+      TensorStats stats;
+      if (t.sums != nullptr) {
+        statsFromSums(*t.sums, stats);
+      } else {
+        computeStats(t.dtype, counts[i], t.data, stat_options, stats);
+      }
+      addStatistics(rows, op, t, counts[i], timestamp, stats, !want_payload);
+    }
+    if (!want_payload) continue;
+    std::string_view format =
+        plan.trans_flag || t.format.empty() ? std::string_view("DefaultFormat") : t.format;
+    if (plan.sample_mode && plan.sample_num > 0 && counts[i] > plan.sample_num) {
+      const int64_t sample_shape[1] = {static_cast<int64_t>(plan.sample_num)};
+      file.add(t, sample_shape, plan.sample_num, format);
+    } else {
+      file.add(t, t.shape, counts[i], format);
+    }
+  }
+  const uint64_t tensors = file.tensorCount();
+  if (tensors == 0) return {};
+  file.build(op.op_name, timestamp);
+  Scratch& s = scratch();
+  s.name.clear();
+  appendBinFileName(s.name, op.op_type, op.op_name, op.task_id, op.stream_id, timestamp);
+  const uint64_t estimate = file.fileSize();
+  Result<bool> admitted = admitPayload(estimate);
+  if (!admitted) return admitted.error();
+  if (!admitted.value()) {
+    outcome.tensors_dropped += static_cast<uint32_t>(tensors);
+    countDropped(&ds, tensors, stopReason());
+    return {};
+  }
+  auto written = publish(lease, s.name, {}, false, kTensorFileMode, tensorSync(),
+                         [&](WritableFile& f) { return f.write(file.buffers()); });
+  if (!written) {
+    releasePayload(estimate, 0);
+    return written.error();
+  }
+  releasePayload(estimate, written.value());
+  // The file counts once in bytes; each tensor in it counts as written.
+  for (uint64_t k = 0; k < tensors; ++k) countPayload(ds, outcome, k == 0 ? written.value() : 0);
+  return {};
 }
 
 Status JobWriter::writeConstant(uint32_t graph_id, std::string_view data_id,

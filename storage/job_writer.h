@@ -71,7 +71,8 @@ class JobWriter {
  public:
   // `fs` is the seam all file operations go through, rooted at the dump root (plan.path).
   // Writes .dump_metadata/data_dump.json and config.json under rank_{rank}/ (once).
-  // A plan with file_format "bin" is refused (kInvalidArgument): only npy is written so far.
+  // file_format "bin" writes one file per op execution (storage/bin_op.h) in place of the
+  // npy files; statistics rows, sampling, quota and overflow mode apply as for npy.
   static Result<std::unique_ptr<JobWriter>> create(std::shared_ptr<FileSystem> fs,
                                                    const config::DumpPlan& plan,
                                                    JobOptions options);

@@ -33,16 +33,21 @@ void appendDecimal(std::string& out, uint64_t value) {
   out.append(buf, r.ptr);
 }
 
+void appendOpStem(std::string& out, std::string_view op_type, std::string_view op_name,
+                  uint32_t task_id, uint32_t stream_id, uint64_t timestamp_us) {
+  appendSanitized(out, op_type);
+  out.push_back('.');
+  appendSanitized(out, op_name);
+  out.push_back('.');
+  appendDecimal(out, task_id);
+  out.push_back('.');
+  appendDecimal(out, stream_id);
+  out.push_back('.');
+  appendDecimal(out, timestamp_us);
+}
+
 void appendTensorFileName(std::string& out, const TensorFileName& n) {
-  appendSanitized(out, n.op_type);
-  out.push_back('.');
-  appendSanitized(out, n.op_name);
-  out.push_back('.');
-  appendDecimal(out, n.task_id);
-  out.push_back('.');
-  appendDecimal(out, n.stream_id);
-  out.push_back('.');
-  appendDecimal(out, n.timestamp_us);
+  appendOpStem(out, n.op_type, n.op_name, n.task_id, n.stream_id, n.timestamp_us);
   out.push_back('.');
   out.append(ioName(n.io));
   out.push_back('.');

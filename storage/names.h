@@ -37,7 +37,12 @@ struct TensorFileName {
   DType dtype = DType::kFloat32;
 };
 
-// Appends "{op_type}.{op_name}.{task}.{stream}.{ts}.{io}.{slot}.{format}.{dtype}.npy".
+// Appends "{op_type}.{op_name}.{task}.{stream}.{ts}", both names sanitised: the stem of an npy
+// name, and the whole name of an Ascend bin file.
+void appendOpStem(std::string& out, std::string_view op_type, std::string_view op_name,
+                  uint32_t task_id, uint32_t stream_id, uint64_t timestamp_us);
+
+// Appends "{op stem}.{io}.{slot}.{format}.{dtype}.npy".
 void appendTensorFileName(std::string& out, const TensorFileName& n);
 
 // Appends "[2,3]" ("[3]", "[]" for a scalar).

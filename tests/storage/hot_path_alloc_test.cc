@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "storage/bin_op.h"
 #include "storage/names.h"
 #include "storage/npy.h"
 #include "storage/statistic_csv.h"
@@ -84,6 +85,35 @@ TEST(HotPathAllocationTest, FormattingStatisticsAndNpyWritingAllocateNothingOnce
   size_t before = g_allocations.load();
   for (int i = 0; i < 10; ++i) one_tensor();
   EXPECT_EQ(g_allocations.load() - before, 0u);
+}
+
+TEST(HotPathAllocationTest, BuildingABinFileAllocatesNothingOnceWarm) {
+  std::vector<float> values(4096, 0.25f);
+  const std::vector<int64_t> shape = {4, 8, 16, 8};
+  const ConstBuffer data(reinterpret_cast<const std::byte*>(values.data()), values.size() * 4);
+  std::vector<TensorView> tensors;
+  for (uint32_t slot = 0; slot < 40; ++slot) {
+    TensorView t;
+    t.io = slot % 2 == 0 ? Io::kInput : Io::kOutput;
+    t.slot = slot / 2;
+    t.shape = shape;
+    t.format = "NCHW";
+    t.data = data;
+    tensors.push_back(t);
+  }
+  BinOpFile file;
+  uint64_t size = 0;
+  auto one_op = [&] {
+    file.clear();
+    for (const TensorView& t : tensors) file.add(t, t.shape, values.size(), t.format);
+    file.build("Default/network-WithLossCell/_backbone-Net/conv1-Conv2d/Conv2D-op12", 1700000000);
+    size = file.fileSize();
+  };
+  one_op();  // warm: the entries' vectors, the header string
+  const size_t before = g_allocations.load();
+  for (int i = 0; i < 10; ++i) one_op();
+  EXPECT_EQ(g_allocations.load() - before, 0u);
+  EXPECT_GT(size, tensors.size() * data.size());  // the header and every tensor
 }
 
 }  // namespace

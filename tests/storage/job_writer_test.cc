@@ -81,15 +81,6 @@ TEST_F(JobWriterTest, CreateWritesDumpMetadata) {
             "{\"device_target\":\"GPU\",\"ms_version\":\"2.3.0\"}");
 }
 
-TEST_F(JobWriterTest, BinFileFormatIsRefusedNotSilentlyWrittenAsNpy) {
-  config::DumpPlan plan = makePlan();
-  plan.file_format = config::FileFormat::kBin;
-  auto w = JobWriter::create(mem_, plan, {});
-  ASSERT_FALSE(w.has_value());
-  EXPECT_EQ(w.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(w.error().message.find("bin"), std::string::npos);
-}
-
 TEST_F(JobWriterTest, SpecExampleTreeNamesAndStatistics) {
   auto w = make(makePlan(config::SavedData::kFull));
   OwnedOp op = specExampleOp();
