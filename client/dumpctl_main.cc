@@ -8,6 +8,8 @@
 #include "client/status_command.h"
 #include "config/daemon_settings.h"
 #include "config/validate_command.h"
+#include "tools/compare_command.h"
+#include "tools/convert_command.h"
 
 namespace {
 
@@ -21,6 +23,11 @@ constexpr const char* kUsage =
     "                   prints a summary and exits 0 if valid, prints the error and exits 1\n"
     "  status [--json] [--watch]\n"
     "                   show the daemon's status (--watch refreshes every second)\n"
+    "  convert IN [-o OUT]\n"
+    "                   turn Ascend bin dump files (a file or a tree) into .npy files\n"
+    "  compare LEFT RIGHT [-o result.csv] [--html report.html] [--map names.csv]\n"
+    "                   compare two dump trees tensor by tensor; exit 1 if a pair fails\n"
+    "                   (see 'dumpctl compare --help')\n"
     "\n"
     "options:\n"
     "  --socket PATH    daemon socket (default: $DUMPD_SOCKET, else /run/dumpd/dumpd.sock)\n"
@@ -87,5 +94,7 @@ int main(int argc, char** argv) {
     return dumpd::config::runValidateCommand(std::string(rest[0]), std::cout, std::cerr);
   }
   if (command == "status") return runStatus(rest, socket);
+  if (command == "convert") return dumpd::tools::runConvertCommand(rest, std::cout, std::cerr);
+  if (command == "compare") return dumpd::tools::runCompareCommand(rest, std::cout, std::cerr);
   return usageError("unknown command '" + std::string(command) + "'");
 }

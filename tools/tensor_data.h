@@ -1,0 +1,93 @@
+// The elements of one dumped tensor, decoded to double on demand, for `dumpctl compare`.
+//
+// Sources: an .npy file, an .npy.lz4 file (one LZ4 frame of a whole .npy, decompressed once
+// into memory), or one tensor's slice of an Ascend bin file. Above 1 MiB the file is mapped and
+// read in place; smaller ones are read with one pread (cheaper, and mmap takes a process-wide
+// lock that worker threads would contend on). Every dtype decodes to double: bool and integers
+// exactly, float16 / bfloat16 / float32 / float64 exactly; int4 is an int8 per element in .npy and
+// packed two per byte (low nibble first) in bin files; bfloat16 is float32 in .npy and raw bfloat16
+// in bin files. Complex tensors decode as 2n doubles: real and imaginary part of each element in
+// turn, so a comparison treats them as a flattened sequence of 2n reals.
+//
+// Thread-safety: decode() is const and touches no shared state; one TensorData may be read by
+// many threads at once (a large pair is split into chunks).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/result.h"
+#include "tools/mapped_file.h"
+
+namespace dumpd::tools {
+
+// The header of an .npy file.
+struct NpyHeader {
+  DType dtype = DType::kFloat32;  // element encoding (descr); never bfloat16 / int4 / uint1
+  std::vector<int64_t> shape;
+  uint64_t data_offset = 0;  // of the first element
+};
+
+// Parses the preamble and header dict of an .npy (versions 1.0, 2.0, 3.0). `bytes` may be just
+// the file's beginning: kInvalidArgument when it ends inside the header, naming `name` as for
+// any other fault (bad magic, unknown or big-endian descr, fortran_order True, bad shape).
+Result<NpyHeader> parseNpyHeader(std::span<const std::byte> bytes, const std::string& name);
+
+// Reads just the header of an .npy or .npy.lz4 file (the first kilobytes, decompressed when
+// `lz4`). Errors name `path`.
+Result<NpyHeader> readNpyHeader(const std::string& path, bool lz4);
+
+// What is known of a tensor's values without its elements: a statistic.csv row, or what
+// computeStatistics (tools/compare_metrics.h) finds. nullopt where the row lacks the column.
+struct StatisticValues {
+  std::optional<double> max, min, avg, l2norm;
+};
+
+// Where a tensor's bytes are.
+enum class TensorFileKind : uint8_t {
+  kNone,    // no file: statistics only
+  kNpy,     // .npy
+  kNpyLz4,  // .npy.lz4
+  kBin,     // a slice of an Ascend bin file
+};
+
+class TensorData {
+ public:
+  // Opens `path`. For kBin, `dtype`, `elements`, `offset` and `size` say where the tensor lies
+  // in the file (from its header: see storage/bin_file.h); for npy they are ignored and the
+  // header decides. Errors name the path: unreadable, truncated, undecodable dtype.
+  static Result<TensorData> open(TensorFileKind kind, const std::string& path, DType dtype = {},
+                                 uint64_t elements = 0, uint64_t offset = 0, uint64_t size = 0);
+  // A view of `bytes` holding `elements` elements encoded as `dtype` (bin encoding: bfloat16
+  // raw, int4 packed). REQUIRES: `bytes` outlives the TensorData and holds them all.
+  static TensorData view(DType dtype, std::span<const std::byte> bytes, uint64_t elements);
+
+  TensorData() = default;
+
+  DType dtype() const { return dtype_; }
+  uint64_t elements() const { return elements_; }
+  // Values decode() yields: elements(), twice that for complex.
+  uint64_t values() const { return values_; }
+  // Bytes of the file read for this tensor (compressed size for .npy.lz4).
+  uint64_t bytesRead() const { return bytes_read_; }
+
+  // Writes values [first, first + count) to `out`. REQUIRES: first + count <= values().
+  void decode(uint64_t first, size_t count, double* out) const;
+
+ private:
+  DType dtype_ = DType::kFloat32;
+  const unsigned char* data_ = nullptr;
+  uint64_t elements_ = 0;
+  uint64_t values_ = 0;
+  uint64_t bytes_read_ = 0;
+  std::shared_ptr<const MappedFile> file_;        // a large file, mapped
+  std::shared_ptr<const unsigned char[]> owned_;  // a small file read, or a decompressed .lz4
+};
+
+}  // namespace dumpd::tools
