@@ -1,7 +1,8 @@
 """Runs dumpd's benchmarks and prints ratios against references measured in the same run.
 
 Invoked by bench/run (which builds first). Each row pairs a dumpd figure with its reference:
-memcpy, a raw sequential write, a raw create+write+close loop, or an undumped training step.
+memcpy, a raw sequential write, a raw create+write+close loop, an undumped training step, or
+`cat` of the files `dumpctl compare` reads.
 """
 
 import argparse
@@ -172,6 +173,20 @@ def main():
                 row("5. np.save overhead / dumpd overhead", over_n / over_d, 1.0, over_n / over_d,
                     ">= 3", "x")
                 results["training"] = l
+    # dumpctl compare on two page-cached trees, against cat of the same files.
+    with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
+        lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "compare_bench.py"),
+                                "--dumpctl", str(bins / "dumpctl"), "--dir", work, *quick])
+    for l in lines:
+        gib = l["bytes"] / 2 / (1 << 30)
+        row(f"7. dumpctl compare, two {gib:.2g} GiB trees, vs cat", l["compare_bytes_per_s"] / 1e9,
+            l["cat_bytes_per_s"] / 1e9, l["compare_bytes_per_s"] / l["cat_bytes_per_s"],
+            f">= 1 GB/s per core ({l['compare_bytes_per_s_per_core'] / 1e9:.2f} on "
+            f"{l['cores']})", "GB/s")
+        row("7. dumpctl compare, all cores vs -j 1", l["compare_bytes_per_s"] / 1e9,
+            l["compare_one_thread_bytes_per_s"] / 1e9,
+            l["compare_bytes_per_s"] / l["compare_one_thread_bytes_per_s"], "scales with cores",
+            "GB/s")
     for label, kib in peaks.items():
         row(f"6. daemon peak anonymous RSS ({label} runs)", kib / 1024, 64, kib / 1024 / 64,
             "< 64 MiB", "MiB")

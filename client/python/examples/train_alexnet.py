@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backward", action="store_true", help="also dump gradients")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true",
+                   help="run the forward pass under bfloat16 autocast (a mixed-precision port "
+                        "to compare against the float32 run with dumpctl compare)")
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -105,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         committed = 0
         for step in dumpd.torch.steps(client, range(args.steps)):
             optimizer.zero_grad()
-            loss = loss_fn(model(images), labels)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                loss = loss_fn(model(images), labels)
             loss.backward()
             optimizer.step()
             stats = client.stats()
