@@ -246,6 +246,15 @@ Result<BinFile> parseBinFile(std::span<const std::byte> bytes, std::string_view 
   if (!data.ParseFromArray(bytes.data() + kBinLengthBytes, static_cast<int>(header_len))) {
     return bad("the header does not parse as a DumpData message");
   }
+  // A tensor costs its header two bytes: bound what a small file can make a reader list.
+  if (static_cast<uint64_t>(data.input_size()) + static_cast<uint64_t>(data.output_size()) +
+          static_cast<uint64_t>(data.buffer_size()) >
+      kMaxBinTensors) {
+    return bad("the header lists " + std::to_string(data.input_size()) + " inputs, " +
+               std::to_string(data.output_size()) + " outputs and " +
+               std::to_string(data.buffer_size()) + " buffers, more than " +
+               std::to_string(kMaxBinTensors));
+  }
   BinFile file;
   file.version = data.version();
   file.dump_time = data.dump_time();

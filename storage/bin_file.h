@@ -74,8 +74,12 @@ struct BinFile {
   uint64_t buffer_bytes = 0;  // OpBuffer bytes after the outputs (read past, not decoded)
 };
 
+// Most tensors and buffers one bin file may list (an op has a handful; a reader lists each).
+inline constexpr uint64_t kMaxBinTensors = 65536;
+
 // Parses a whole bin file. kInvalidArgument naming `name` when the length prefix is past the
-// end, the header does not parse, or 8 + header_len + sum(sizes) != file size.
+// end, the header does not parse, lists more than kMaxBinTensors tensors and buffers, or
+// 8 + header_len + sum(sizes) != file size.
 Result<BinFile> parseBinFile(std::span<const std::byte> bytes, std::string_view name);
 
 // "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}" (no extension). The op name may not

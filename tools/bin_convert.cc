@@ -164,6 +164,12 @@ void convertBinFile(const BinSource& source, storage::Directory& out_dir, uint32
     }
     ++counts.tensors_written;
   }
+  if (mapped->shrank()) {
+    err << "dumpctl convert: " << source.path
+        << ": the file shrank while it was converted; its .npy files hold zeros past its new "
+           "end\n";
+    ++counts.files_rejected;
+  }
 }
 
 }  // namespace dumpd::tools

@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -79,8 +80,8 @@ Result<Options> parseArgs(const std::vector<std::string_view>& args) {
       std::string text(*v);
       char* end = nullptr;
       out = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || std::isnan(out)) {
-        return bad(std::string(a) + ": '" + text + "' is not a number");
+      if (text.empty() || *end != '\0' || !std::isfinite(out)) {
+        return bad(std::string(a) + ": '" + text + "' is not a finite number");
       }
       return {};
     };
@@ -281,7 +282,21 @@ class PairRunner {
 
   uint64_t bytesRead() const { return bytes_.load(std::memory_order_relaxed); }
 
+  // One pair; a pair that cannot get its memory (a file whose header lies about its size)
+  // becomes an error row instead of ending the run.
   void run(size_t i) {
+    try {
+      runPair(i);
+    } catch (const std::bad_alloc&) {
+      CompareRow& row = report_.rows[i];
+      row.kind = RowKind::kError;
+      row.note = "out of memory reading this pair";
+      done(0);
+    }
+  }
+
+ private:
+  void runPair(size_t i) {
     CompareRow& row = report_.rows[i];
     const Pair& p = pairs_[i];
     if (row.kind != RowKind::kTensors) return;  // unmatched or error: nothing to read
@@ -313,6 +328,7 @@ class PairRunner {
       PairSums sums;
       row.metrics = comparePair(*left, *right, &sums);
       judgeTensors(row, sums, report_.thresholds);
+      checkShrank(row, *left, *right, *p.left, *p.right);
       return done(bytes);
     }
     auto split = std::make_shared<SplitPair>();
@@ -384,9 +400,22 @@ class PairRunner {
     CompareRow& row = report_.rows[i];
     row.metrics = finishMetrics(sp->sums[0], sp->scale, kl);
     judgeTensors(row, sp->sums[0], report_.thresholds);
+    checkShrank(row, *sp->left, *sp->right, *pairs_[i].left, *pairs_[i].right);
     sp->left.reset();  // unmap now, not when the last task copy goes
     sp->right.reset();
     done(bytes);
+  }
+
+  // A file that shrank while read gave zeros past its new end: the metrics are not the
+  // file's, so the row is an error naming it.
+  static void checkShrank(CompareRow& row, const TensorData& left, const TensorData& right,
+                          const TensorEntry& left_entry, const TensorEntry& right_entry) {
+    if (!left.shrank() && !right.shrank()) return;
+    row.kind = RowKind::kError;
+    row.failed = false;
+    row.metrics = nanMetrics();
+    row.note = (left.shrank() ? left_entry.path : right_entry.path) +
+               ": the file shrank while it was read";
   }
 
   void done(uint64_t bytes) {

@@ -1,6 +1,7 @@
 #include "tools/compare_csv.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,9 +16,9 @@ namespace dumpd::tools {
 namespace {
 
 constexpr std::string_view kHeader =
-    "LeftOp,RightOp,TensorIndex,DType,Shape,CosineSimilarity,MaxAbsoluteError,"
+    "LeftOp,RightOp,TensorIndex,CosineSimilarity,MaxAbsoluteError,"
     "AccumulatedRelativeError,RelativeEuclideanDistance,KullbackLeiblerDivergence,"
-    "StandardDeviation,MeanAbsoluteError,RootMeanSquareError,Result,Note\n";
+    "StandardDeviation,MeanAbsoluteError,RootMeanSquareError,DType,Shape,Result,Note\n";
 
 std::string_view resultText(const CompareRow& row) {
   switch (row.kind) {
@@ -196,10 +197,6 @@ std::string formatCompareCsv(const CompareReport& report) {
     appendCsvField(out, row.right_op);
     out.push_back(',');
     appendCsvField(out, row.tensor_index);
-    out.push_back(',');
-    appendCsvField(out, row.dtype);
-    out.push_back(',');
-    appendCsvField(out, row.shape);
     for (double v : {m.cosine, m.max_absolute_error, m.accumulated_relative_error,
                      m.relative_euclidean, m.kl_divergence}) {
       out.push_back(',');
@@ -218,6 +215,10 @@ std::string formatCompareCsv(const CompareReport& report) {
     out.push_back(',');
     appendNumber(out, m.root_mean_square_error);
     out.push_back(',');
+    appendCsvField(out, row.dtype);
+    out.push_back(',');
+    appendCsvField(out, row.shape);
+    out.push_back(',');
     out.append(resultText(row));
     out.push_back(',');
     note = row.note;
@@ -232,9 +233,14 @@ std::string formatCompareCsv(const CompareReport& report) {
 }
 
 Status writeFileAtomically(const std::string& path, std::string_view content) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644));
+  // mkstemp: a fresh name, created exclusively, so a link planted in a shared directory (/tmp)
+  // is never followed. 0644 less the umask, as an ordinary output file.
+  std::string temp = path + ".tmp.XXXXXX";
+  UniqueFd fd(::mkostemp(temp.data(), O_CLOEXEC));
   if (!fd.valid()) return ioError(errno, "cannot create", temp);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  (void)::fchmod(fd.get(), 0644 & ~mask);
   size_t done = 0;
   while (done < content.size()) {
     ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);

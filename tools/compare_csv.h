@@ -1,9 +1,10 @@
 // The CSV files of `dumpctl compare`: reading records (statistic.csv, mapping.csv, the --map
 // file) and writing the result (-o).
 //
-// Result CSV (for docs/): header LeftOp,RightOp,TensorIndex,DType,Shape,CosineSimilarity,
+// Result CSV (for docs/): header LeftOp,RightOp,TensorIndex,CosineSimilarity,
 // MaxAbsoluteError,AccumulatedRelativeError,RelativeEuclideanDistance,
-// KullbackLeiblerDivergence,StandardDeviation,MeanAbsoluteError,RootMeanSquareError,Result,Note
+// KullbackLeiblerDivergence,StandardDeviation,MeanAbsoluteError,RootMeanSquareError,DType,
+// Shape,Result,Note (the spec's columns first, in its order; dumpd's after them)
 // * One row per CompareRow, in the report's order. Numbers are the shortest text that reads
 //   back to the same double; NaN is "NaN", infinities "inf" / "-inf".
 // * StandardDeviation is "(mean;std)(mean;std)", the left's then the right's.

@@ -160,6 +160,9 @@ void inspectFile(const DirInfo& dir, const FileName& f, const std::string& path,
   auto mapped = MappedFile::open(path);
   auto parsed = mapped ? storage::parseBinFile(mapped->bytes(), path)
                        : Result<storage::BinFile>(mapped.error());
+  if (parsed && mapped->shrank()) {
+    parsed = makeError(ErrorCode::kIo, path + ": the file shrank while it was read");
+  }
   if (!parsed) {
     e.error = parsed.error().message;
     out.push_back(std::move(e));
@@ -243,6 +246,7 @@ void joinStatistics(DirInfo& dir, const std::string& path) {
   std::string_view text(reinterpret_cast<const char*>(mapped->bytes().data()), mapped->size());
   auto records = parseCsv(text, path);
   if (!records) return fail(records.error().message);
+  if (mapped->shrank()) return fail(path + ": the file shrank while it was read");
   if (records->empty()) return;
   std::unordered_map<std::string, size_t> column;
   for (size_t i = 0; i < (*records)[0].fields.size(); ++i) column[(*records)[0].fields[i]] = i;
@@ -253,6 +257,8 @@ void joinStatistics(DirInfo& dir, const std::string& path) {
   }
   std::unordered_map<std::string, size_t> by_key;
   for (size_t i = 0; i < dir.entries.size(); ++i) by_key.emplace(joinKey(dir.entries[i]), i);
+  // Rows that are not statistic rows: one error entry for all of them, naming the first.
+  size_t bad_rows = 0, first_bad_line = 0;
   for (size_t r = 1; r < records->size(); ++r) {
     const CsvRecord& rec = (*records)[r];
     auto field = [&](const char* name) -> std::string_view {
@@ -275,8 +281,7 @@ void joinStatistics(DirInfo& dir, const std::string& path) {
     if (column.contains("Task ID")) ok = ok && parseNumber(field("Task ID"), e.task_id);
     if (column.contains("Stream ID")) ok = ok && parseNumber(field("Stream ID"), e.stream_id);
     if (!ok || field("Op Name").empty()) {
-      fail(path + " line " + std::to_string(rec.line) +
-           ": not a statistic row (Op Name, Timestamp, IO, Slot, Task ID or Stream ID)");
+      if (bad_rows++ == 0) first_bad_line = rec.line;
       continue;
     }
     if (auto shape = parseShapeField(field("Shape"))) {
@@ -296,6 +301,12 @@ void joinStatistics(DirInfo& dir, const std::string& path) {
       dir.entries.push_back(std::move(e));
     }
   }
+  if (bad_rows > 0) {
+    fail(path + ": " + std::to_string(bad_rows) + (bad_rows == 1 ? " row is" : " rows are") +
+         " not statistic rows (Op Name, Timestamp, IO, Slot, Task ID or Stream ID), the first on "
+         "line " +
+         std::to_string(first_bad_line));
+  }
 }
 
 // mapping.csv: "<short name>,<real name>" per line.
@@ -311,6 +322,10 @@ std::unordered_map<std::string, std::string> readMapping(const std::string& path
   auto records = parseCsv(text, path);
   if (!records) {
     error = records.error().message;
+    return map;
+  }
+  if (mapped->shrank()) {
+    error = path + ": the file shrank while it was read";
     return map;
   }
   for (const CsvRecord& r : *records) {

@@ -1,5 +1,12 @@
 // A whole file mapped read-only (mmap), for the offline tools (convert, compare). An empty file
 // maps to an empty span (mmap refuses length 0).
+//
+// A file that shrinks while mapped (truncated by someone else) would kill the process with
+// SIGBUS on the first read past its new end. Every mapping is registered with a process-wide
+// SIGBUS handler instead: a fault inside a registered mapping maps zero pages over the rest of
+// it and marks it shrunk, and the read goes on. Readers check shrank() once they are done and
+// report the file. A fault anywhere else keeps its old disposition. At most kGuardedMappings
+// mappings are guarded at once; beyond that a mapping is unguarded (a crash, as before).
 #pragma once
 
 #include <cstddef>
@@ -28,10 +35,18 @@ class MappedFile {
   const std::string& path() const { return path_; }
   // madvise(MADV_SEQUENTIAL | WILLNEED): the caller reads it front to back.
   void adviseSequential() const;
+  // True once a read hit a page past the file's end: what was read there was zeros, not the
+  // file. Check after reading.
+  bool shrank() const;
+
+  static constexpr size_t kGuardedMappings = 1024;
 
  private:
+  void release();
+
   const std::byte* data_ = nullptr;
   size_t size_ = 0;
+  int guard_ = -1;  // slot in the SIGBUS guard table; -1: unguarded
   std::string path_;
 };
 

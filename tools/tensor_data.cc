@@ -116,28 +116,35 @@ Error lz4Error(const std::string& path, size_t code) {
   return invalid(path, std::string("not a valid LZ4 frame (") + LZ4F_getErrorName(code) + ")");
 }
 
-// Decompresses the whole of `src` (one or more LZ4 frames). Sets `size` to the bytes produced.
+// LZ4 expands a block at most ~255 times; a header promising more than this is a lie.
+constexpr uint64_t kLz4MaxRatio = 256;
+
+// Decompresses the whole of `src` (one or more LZ4 frames) into exactly `expected` bytes (what
+// the .npy header inside says the file holds): a frame that declares another content size, or
+// decompresses to more or less, is refused before anything larger is allocated.
 Result<std::shared_ptr<unsigned char[]>> decompressAll(std::span<const std::byte> src,
-                                                       const std::string& path, uint64_t& size) {
+                                                       const std::string& path, uint64_t expected) {
   auto dctx = newDctx(path);
   if (!dctx) return dctx.error();
   LZ4F_frameInfo_t info{};
   size_t consumed = src.size();
   size_t rc = LZ4F_getFrameInfo(dctx->get(), &info, src.data(), &consumed);
   if (LZ4F_isError(rc)) return lz4Error(path, rc);
-  uint64_t capacity =
-      info.contentSize != 0 ? info.contentSize : std::max<uint64_t>(src.size() * 4, 4096);
-  auto buffer = std::make_unique_for_overwrite<unsigned char[]>(capacity);
-  size = 0;
+  if (info.contentSize != 0 && info.contentSize != expected) {
+    return invalid(path, "the LZ4 frame declares " + std::to_string(info.contentSize) +
+                             " bytes, its .npy header " + std::to_string(expected));
+  }
+  if (expected / kLz4MaxRatio > src.size()) {
+    return invalid(path, "its .npy header promises " + std::to_string(expected) +
+                             " bytes, more than " + std::to_string(src.size()) +
+                             " compressed bytes can hold");
+  }
+  const uint64_t capacity = expected;
+  auto buffer = std::make_unique_for_overwrite<unsigned char[]>(std::max<uint64_t>(capacity, 1));
+  uint64_t size = 0;
   size_t in = consumed;
   while (in < src.size()) {
-    if (size == capacity) {  // content size unknown (the lz4 tool leaves it out): grow
-      uint64_t grown = capacity * 2;
-      auto bigger = std::make_unique_for_overwrite<unsigned char[]>(grown);
-      std::memcpy(bigger.get(), buffer.get(), size);
-      buffer = std::move(bigger);
-      capacity = grown;
-    }
+    if (size == capacity) return invalid(path, "decompresses to more than its .npy header says");
     size_t out_len = capacity - size;
     size_t in_len = src.size() - in;
     rc = LZ4F_decompress(dctx->get(), buffer.get() + size, &out_len, src.data() + in, &in_len,
@@ -148,6 +155,10 @@ Result<std::shared_ptr<unsigned char[]>> decompressAll(std::span<const std::byte
     if (in_len == 0 && out_len == 0) return invalid(path, "LZ4 frame makes no progress");
   }
   if (rc != 0) return invalid(path, "LZ4 frame is truncated");
+  if (size != expected) {
+    return invalid(path, "decompresses to " + std::to_string(size) + " bytes, its .npy header " +
+                             "says " + std::to_string(expected));
+  }
   return std::shared_ptr<unsigned char[]>(std::move(buffer));
 }
 
@@ -277,6 +288,9 @@ Result<NpyHeader> parseNpyHeader(std::span<const std::byte> bytes, const std::st
   return h;
 }
 
+// Longest .npy header read (numpy writes a few hundred bytes; version 1 allows 64 KiB).
+constexpr uint64_t kMaxNpyHeader = uint64_t{1} << 20;
+
 Result<NpyHeader> readNpyHeader(const std::string& path, bool lz4) {
   // Version 1 headers are at most 10 + 65535 bytes; 4 KiB covers every realistic one.
   size_t want = 4096;
@@ -285,9 +299,18 @@ Result<NpyHeader> readNpyHeader(const std::string& path, bool lz4) {
     if (!prefix) return prefix.error();
     auto header = parseNpyHeader(asSpan(*prefix), path);
     if (header || prefix->size() < want || prefix->size() < 12) return header;
-    // A long header: read as much as its length field says.
+    // A long header: read as much as its length field says, when the preamble is one and the
+    // length is sane (numpy itself writes headers of a few hundred bytes).
     const auto* p = reinterpret_cast<const unsigned char*>(prefix->data());
-    want = p[6] == 1 ? 10 + loadUnaligned<uint16_t>(p + 8) : 12 + loadUnaligned<uint32_t>(p + 8);
+    if (std::memcmp(p, kNpyMagic.data(), kNpyMagic.size()) != 0 || p[6] < 1 || p[6] > 3) {
+      return header;
+    }
+    const uint64_t full =
+        p[6] == 1 ? 10 + loadUnaligned<uint16_t>(p + 8) : 12 + loadUnaligned<uint32_t>(p + 8);
+    if (full <= want) return header;  // the header was all there: it is bad, not cut short
+    if (full > kMaxNpyHeader)
+      return invalid(path, ".npy header of " + std::to_string(full) + " bytes is too long");
+    want = full;
   }
   return invalid(path, ".npy header is truncated");
 }
@@ -309,10 +332,11 @@ Result<TensorData> TensorData::open(TensorFileKind kind, const std::string& path
   } else if (offset > file_size || size > file_size - offset) {
     return invalid(path, "tensor at offset " + std::to_string(offset) + " size " +
                              std::to_string(size) + " is past the end of the file");
-  } else if (sourceBytes(dtype, elements) > size || elements > kMaxElements) {
+  } else if (elements > kMaxElements || sourceBytes(dtype, elements) != size) {
+    // Exactly, as dumpctl convert requires: a size that disagrees with the shape is a lie.
     return invalid(path, "tensor of " + std::to_string(elements) + " " +
-                             std::string(dtypeName(dtype)) + " elements does not fit in its " +
-                             std::to_string(size) + " bytes");
+                             std::string(dtypeName(dtype)) + " elements in " +
+                             std::to_string(size) + " bytes: its size and shape disagree");
   }
   TensorData t;
   std::span<const std::byte> content;
@@ -335,13 +359,17 @@ Result<TensorData> TensorData::open(TensorFileKind kind, const std::string& path
     v.file_ = std::move(t.file_);
     return v;
   }
-  uint64_t content_size = content.size();
   std::shared_ptr<const unsigned char[]> decompressed;
   if (kind == TensorFileKind::kNpyLz4) {
-    auto raw = decompressAll(content, path, content_size);
+    // The header first (a few KiB decompressed), so the whole is never larger than it says.
+    auto inner = readNpyHeader(path, true);
+    if (!inner) return inner.error();
+    const uint64_t count = *elementCount(inner->shape);
+    const uint64_t expected = inner->data_offset + sourceBytes(inner->dtype, count);
+    auto raw = decompressAll(content, path, expected);
     if (!raw) return raw.error();
     decompressed = std::move(raw.value());
-    content = {reinterpret_cast<const std::byte*>(decompressed.get()), content_size};
+    content = {reinterpret_cast<const std::byte*>(decompressed.get()), expected};
   }
   auto header = parseNpyHeader(content, path);
   if (!header) return header.error();

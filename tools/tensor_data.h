@@ -79,6 +79,9 @@ class TensorData {
 
   // Writes values [first, first + count) to `out`. REQUIRES: first + count <= values().
   void decode(uint64_t first, size_t count, double* out) const;
+  // The mapped file shrank while it was read (tools/mapped_file.h): decoded values past its
+  // new end were zeros. Check once the reads are done.
+  bool shrank() const { return file_ != nullptr && file_->shrank(); }
 
  private:
   DType dtype_ = DType::kFloat32;

@@ -1,5 +1,7 @@
 #include "tools/compare_command.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,8 +105,6 @@ enum Col {
   kLeft,
   kRight,
   kIndex,
-  kDType,
-  kShape,
   kCosine,
   kMaxAbs,
   kAccRel,
@@ -113,6 +113,8 @@ enum Col {
   kStd,
   kMae,
   kRmse,
+  kDType,
+  kShape,
   kResult,
   kNote
 };
@@ -226,6 +228,8 @@ TEST(CompareCommand, UsageErrorsExitTwo) {
                                         {"a", "b", "-o"},
                                         {"a", "b", "-j", "0"},
                                         {"a", "b", "--min-cosine", "high"},
+                                        {"a", "b", "--max-kl", "inf"},
+                                        {"a", "b", "--max-relative-euclidean", "nan"},
                                         {"a", "b", "c"}}) {
     Outcome r = compare(args);
     EXPECT_EQ(r.code, 2) << args.back();
@@ -426,6 +430,19 @@ TEST(CompareCsv, AtomicWriteReplacesTheFileAndLeavesNoTemporary) {
   }
   EXPECT_EQ(files, 1u);
   EXPECT_FALSE(writeFileAtomically(d / "no/such/dir/r.csv", "x"));
+}
+
+// In a shared directory (/tmp) another user may plant a link where the temporary file would
+// go; the temporary name is fresh and created exclusively, so no link is followed.
+TEST(CompareCsv, AtomicWriteFollowsNoPlantedLink) {
+  TempDir d;
+  writeFile(d / "victim", "precious");
+  fs::create_symlink(d / "victim", d / ("r.csv.tmp." + std::to_string(::getpid())));
+  ASSERT_TRUE(writeFileAtomically(d / "r.csv", "report"));
+  std::ifstream in(d / "victim");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  EXPECT_EQ(fs::file_size(d / "r.csv"), 6u);
 }
 
 TEST(ProgressBar, RendersBarPercentPairsAndRate) {
