@@ -16,6 +16,7 @@
 
 #include "storage/bin_file.h"
 #include "storage/npy.h"
+#include "tests/tools/tools_test_util.h"
 #include "tools/compare_csv.h"
 #include "tools/compare_metrics.h"
 #include "tools/progress.h"
@@ -24,28 +25,8 @@ namespace dumpd::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "compare_command_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
-
-void writeFile(const std::string& path, std::string_view bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::TempDir;
+using testing::writeFile;
 
 template <typename T>
 std::string npyOf(DType dtype, const std::vector<T>& v, std::vector<int64_t> shape = {}) {

@@ -19,6 +19,7 @@
 #include "storage/bin_file.h"
 #include "storage/memory_file_system.h"
 #include "storage/npy.h"
+#include "tests/tools/tools_test_util.h"
 #include "tools/bin_convert.h"
 #include "tools/convert_command.h"
 
@@ -26,27 +27,14 @@ namespace dumpd::tools {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::readFile;
+using testing::TempDir;
+using testing::writeFile;
 namespace pb = toolkit::dumpdata;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr uint64_t kDumpTime = 1700000000123456;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = fs::temp_directory_path().string() + "/dumpd-convert-XXXXXX";
-    if (::mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct TestTensor {
   Io io = Io::kOutput;
@@ -78,20 +66,6 @@ std::string binFileFromProto(const pb::DumpData& data, const std::string& payloa
   uint64_t len = header.size();
   std::string out(reinterpret_cast<const char*>(&len), 8);
   return out + header + payload;
-}
-
-void writeFile(const std::string& path, const std::string& bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // Regular files beneath `root`, root-relative, sorted.

@@ -15,33 +15,14 @@
 #include "storage/bin_file.h"
 #include "storage/npy.h"
 #include "storage/statistic_csv.h"
+#include "tests/tools/tools_test_util.h"
 
 namespace dumpd::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "dump_tree_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-void writeFile(const std::string& path, std::string_view bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::TempDir;
+using testing::writeFile;
 
 // An .npy of `stored` elements with `shape`; the data is `elements * size` zero bytes.
 std::string npy(DType stored, std::vector<int64_t> shape) {

@@ -17,6 +17,7 @@
 #include "proto/ascend_dump.pb.h"
 #include "storage/bin_file.h"
 #include "storage/npy.h"
+#include "tests/tools/tools_test_util.h"
 #include "tools/mapped_file.h"
 #include "tools/tensor_data.h"
 
@@ -24,28 +25,8 @@ namespace dumpd::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "hostile_files_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
-
-void writeFile(const std::string& path, std::string_view bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::TempDir;
+using testing::writeFile;
 
 std::string npyOfFloats(size_t n) {
   std::string out;
