@@ -29,6 +29,8 @@
 #include "ipc/ring_format.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
+#include "storage/bin_file.h"
+#include "storage/npy.h"
 
 namespace dumpd {
 namespace {
@@ -392,6 +394,37 @@ void ringSeeds(const fs::path& out) {
 }
 
 }  // namespace
+// Files the offline tools read: bin files (every tensor kind the reader decodes), an npy file
+// and statistic.csv / mapping.csv text.
+void dumpFileSeeds(const fs::path& out) {
+  const int64_t shape23[] = {2, 3};
+  const int64_t shape5[] = {5};
+  {
+    const storage::BinTensorSpec specs[] = {
+        {Io::kInput, DType::kFloat32, shape23, "NCHW", 24},
+        {Io::kInput, DType::kBFloat16, shape23, "ND", 12},
+        {Io::kOutput, DType::kInt4, shape5, "FRACTAL_NZ", 3},
+        {Io::kOutput, DType::kComplex64, shape5, "DefaultFormat", 40},
+    };
+    std::string file;
+    storage::buildBinHeader(file, "Default/network/Conv2D-op12", 1700000000000000, specs);
+    for (int i = 0; i < 24 + 12 + 3 + 40; ++i) file.push_back(static_cast<char>(i * 7));
+    writeSeed(out, "bin_four_tensors", file);
+    storage::buildBinHeader(file, "Default/Empty-op1", 1, {});
+    writeSeed(out, "bin_no_tensors", file);
+  }
+  std::string npy;
+  storage::buildNpyHeader(npy, DType::kFloat16, shape23);
+  npy.append(12, '\x3c');
+  writeSeed(out, "npy_float16", npy);
+  writeSeed(out, "statistic_csv",
+            "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
+            "Max Value,Min Value,Avg Value,L2Norm Value\n"
+            "Conv2D,Default_Conv2D-op12,0,0,1700000000000000,input,0,24,float32,\"(2,3)\","
+            "5,0,2.5,9.53939\r\n");
+  writeSeed(out, "mapping_csv", "1234567890123456,\"a,very \"\"long\"\" name\"\n");
+}
+
 }  // namespace dumpd
 
 int main(int argc, char** argv) {
@@ -404,5 +437,6 @@ int main(int argc, char** argv) {
   dumpd::frameSeeds(src, out / "frame_decoder_fuzz");
   dumpd::helloSeeds(src, out / "hello_fuzz");
   dumpd::ringSeeds(out / "ring_record_fuzz");
+  dumpd::dumpFileSeeds(out / "dump_file_fuzz");
   return 0;
 }
