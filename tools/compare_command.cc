@@ -34,7 +34,6 @@
 namespace dumpd::tools {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Values per task: a pair larger than this is split so every core works on it.
 constexpr uint64_t kChunkValues = uint64_t{1} << 20;
 
