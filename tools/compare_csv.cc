@@ -112,7 +112,9 @@ Result<std::vector<CsvRecord>> parseCsv(std::string_view text, const std::string
           if (c == '\n') ++line;
           field.push_back(c);
         }
-        if (i < text.size() && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
+        // A field ends at ',', LF or CRLF; a lone CR after the quote is text, not an end.
+        if (i < text.size() && text[i] != ',' && text[i] != '\n' &&
+            !(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) {
           return makeError(
               ErrorCode::kInvalidArgument,
               name + " line " + std::to_string(line) + ": text after the closing quote of a field");

@@ -387,6 +387,20 @@ TEST(CompareCsv, ParsesQuotedFieldsAndNamesTheLineOfAnOpenQuote) {
   EXPECT_EQ(field, "\"x,\"\"y\"\"\"");
 }
 
+// Found by dump_file_fuzz: a lone CR after a closing quote ended the record and swallowed the
+// next character as if it were the LF.
+TEST(CompareCsv, ALoneCarriageReturnAfterAQuoteIsAnErrorNotALineEnd) {
+  auto lone = parseCsv("\"a\"\r-\nb\n", "f");
+  ASSERT_FALSE(lone.has_value());
+  EXPECT_NE(lone.error().message.find("f line 1: text after the closing quote"), std::string::npos)
+      << lone.error().message;
+  auto crlf = parseCsv("\"a\"\r\nb\n", "f");
+  ASSERT_TRUE(crlf.has_value());
+  ASSERT_EQ(crlf->size(), 2u);
+  EXPECT_EQ((*crlf)[1].line, 2u);
+  EXPECT_EQ((*crlf)[1].fields[0], "b");
+}
+
 TEST(CompareCsv, NumbersRoundTripAndNaNIsSpelledOut) {
   std::string s;
   for (double v : {0.1, 1.0 / 3, -2.5e-300, std::numeric_limits<double>::infinity(),
