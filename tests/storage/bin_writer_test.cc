@@ -12,6 +12,7 @@
 #include "storage/job_writer.h"
 #include "storage/memory_file_system.h"
 #include "tests/storage/storage_test_util.h"
+#include "tests/storage/writer_fixture.h"
 
 namespace dumpd::storage {
 namespace {
@@ -42,31 +43,12 @@ std::span<const std::byte> bytesOf(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-class BinWriterTest : public ::testing::Test {
+class BinWriterTest : public testing::WriterFixture {
  protected:
-  std::unique_ptr<JobWriter> make(const config::DumpPlan& plan, JobOptions options = {}) {
-    auto w = JobWriter::create(mem_, plan, std::move(options));
-    EXPECT_TRUE(w.has_value()) << (w ? "" : w.error().message);
-    return w ? std::move(w.value()) : nullptr;
-  }
-  std::vector<std::string> filesIn(const std::string& dir) {
-    std::vector<std::string> out;
-    for (const auto& e : mem_->list()) {
-      if (e.kind != MemoryFileSystem::Entry::Kind::kFile) continue;
-      if (e.path.rfind(dir + "/", 0) == 0 &&
-          e.path.find('/', dir.size() + 1) == std::string::npos) {
-        out.push_back(e.path.substr(dir.size() + 1));
-      }
-    }
-    return out;
-  }
-  std::string read(const std::string& path) { return mem_->readFile(path).value_or("<absent>"); }
   // The tensor's bytes in a parsed file.
   static std::string payload(const std::string& file, const BinTensor& t) {
     return file.substr(t.offset, t.size);
   }
-
-  std::shared_ptr<MemoryFileSystem> mem_ = std::make_shared<MemoryFileSystem>();
 };
 
 TEST_F(BinWriterTest, OneFilePerOpWithEveryTensorInFileOrder) {

@@ -17,6 +17,7 @@
 #include "storage/fault_injection.h"
 #include "storage/memory_file_system.h"
 #include "storage_test_util.h"
+#include "tests/storage/writer_fixture.h"
 
 namespace dumpd::storage {
 namespace {
@@ -38,26 +39,8 @@ OwnedOp specExampleOp(uint64_t ts = kTs) {
   return op;
 }
 
-class JobWriterTest : public ::testing::Test {
+class JobWriterTest : public testing::WriterFixture {
  protected:
-  std::unique_ptr<JobWriter> make(const config::DumpPlan& plan, JobOptions options = {}) {
-    auto w = JobWriter::create(mem_, plan, std::move(options));
-    EXPECT_TRUE(w.has_value()) << (w ? "" : w.error().message);
-    return w ? std::move(w.value()) : nullptr;
-  }
-  // Regular files beneath `dir` (names relative to it), sorted.
-  std::vector<std::string> filesIn(const std::string& dir) {
-    std::vector<std::string> out;
-    for (const auto& e : mem_->list()) {
-      if (e.kind != MemoryFileSystem::Entry::Kind::kFile) continue;
-      if (e.path.rfind(dir + "/", 0) == 0 &&
-          e.path.find('/', dir.size() + 1) == std::string::npos) {
-        out.push_back(e.path.substr(dir.size() + 1));
-      }
-    }
-    return out;
-  }
-  std::string read(const std::string& path) { return mem_->readFile(path).value_or("<absent>"); }
   std::vector<std::string> npyFilesIn(const std::string& dir) {
     std::vector<std::string> out;
     for (auto& f : filesIn(dir)) {
@@ -65,8 +48,6 @@ class JobWriterTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::shared_ptr<MemoryFileSystem> mem_ = std::make_shared<MemoryFileSystem>();
 };
 
 TEST_F(JobWriterTest, CreateWritesDumpMetadata) {
