@@ -24,6 +24,7 @@ enum class ErrorCode {
   kUnavailable,  // no daemon, peer went away
   kTimeout,
   kResourceExhausted,  // limits: sessions, ring size, frame size
+  kUnsupported,        // not available here (a hard link the file system refuses)
   kInternal,
 };
 
@@ -118,6 +119,8 @@ inline const char* errorCodeName(ErrorCode code) {
       return "timeout";
     case ErrorCode::kResourceExhausted:
       return "resource_exhausted";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
     case ErrorCode::kInternal:
       return "internal";
   }

@@ -122,6 +122,10 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
   if (key == "max_open_directories") {
     return assign(getU32(key, v, 4, 100000), &s.max_open_directories);
   }
+  if (key == "max_links_per_file") {
+    // Below every file system's own limit (ext4: 65000) by a wide margin.
+    return assign(getU32(key, v, 1, 60000), &s.max_links_per_file);
+  }
   if (key == "max_pending_frame_bytes") {
     return assign(getU64(key, v), &s.max_pending_frame_bytes);
   }

@@ -29,9 +29,7 @@ uint64_t memoKey(uint64_t sequence, uint32_t tensor) {
   return sequence * ipc::kMaxTensorsPerRecord + tensor;
 }
 
-storage::StatSums sumsFromWire(const std::byte* data) {
-  ipc::StatsPayload p;
-  std::memcpy(&p, data, sizeof p);
+storage::StatSums sumsFromWire(const ipc::StatsPayload& p) {
   storage::StatSums s;
   s.count = p.count;
   s.max = p.max;
@@ -45,6 +43,26 @@ storage::StatSums sumsFromWire(const std::byte* data) {
   s.negative_inf = p.negative_inf;
   s.positive_inf = p.positive_inf;
   return s;
+}
+
+// What makes a StatsPayload of a tensor of `elements` corrupt (empty: nothing). The ring
+// format says: count is the element count, every category counts some of those elements,
+// reserved is zero.
+std::string statsPayloadProblem(const ipc::StatsPayload& p, uint64_t elements) {
+  if (p.count != elements) {
+    return "counts " + std::to_string(p.count) + " elements of " + std::to_string(elements);
+  }
+  const std::pair<const char*, uint64_t> categories[] = {
+      {"nan", p.nan},   {"negative_inf", p.negative_inf}, {"positive_inf", p.positive_inf},
+      {"zero", p.zero}, {"negative", p.negative},         {"positive", p.positive}};
+  for (const auto& [name, n] : categories) {
+    if (n > elements) {
+      return "counts " + std::to_string(n) + " " + name + " elements of " +
+             std::to_string(elements);
+    }
+  }
+  if (p.reserved != 0) return "has a non-zero reserved field";
+  return {};
 }
 
 // A client-written counter, capped so that summing it into daemon-wide totals cannot wrap.
@@ -162,6 +180,23 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
                   std::string(op.opName()) + " has " + std::to_string(t.data_bytes) +
                   " bytes, which does not match its shape and dtype");
     }
+    // Copied once out of shared memory: the client may change it meanwhile.
+    ipc::StatsPayload stats{};
+    if (sums) {
+      std::memcpy(&stats, t.data, sizeof stats);
+      if (std::string why = statsPayloadProblem(stats, *elements); !why.empty()) {
+        return fail("record " + std::to_string(r.sequence) + ": the device statistics of a " +
+                    "tensor of " + std::string(op.opName()) + " are corrupt: it " + why);
+      }
+    }
+    if (repeat) {
+      ipc::SamePayload same;
+      std::memcpy(&same, t.data, sizeof same);
+      if (same.reserved != 0) {
+        return fail("record " + std::to_string(r.sequence) + ": a repeated tensor of " +
+                    std::string(op.opName()) + " has a non-zero reserved field");
+      }
+    }
     const auto io = static_cast<Io>(t.io);
     if (!op_selected || !filter_.ioSelected(io)) {
       counters_.tensors_filtered.fetch_add(1, std::memory_order_relaxed);
@@ -181,7 +216,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
       task->memos.push_back(std::move(source));
     } else if (sums) {
       if (task->sums.empty()) task->sums.reserve(op.tensors.size());
-      task->sums.push_back(sumsFromWire(t.data));
+      task->sums.push_back(sumsFromWire(stats));
       v.sums = &task->sums.back();
     } else {
       v.data = std::span<const std::byte>(t.data, t.data_bytes);

@@ -293,6 +293,7 @@ void Server::applySettings(const config::DaemonSettings& s) {
   note("handshake_timeout_ms", settings_.handshake_timeout_ms, s.handshake_timeout_ms);
   note("shutdown_timeout_ms", settings_.shutdown_timeout_ms, s.shutdown_timeout_ms);
   note("max_open_directories", settings_.max_open_directories, s.max_open_directories);
+  note("max_links_per_file", settings_.max_links_per_file, s.max_links_per_file);
   note("max_pending_frame_bytes", settings_.max_pending_frame_bytes, s.max_pending_frame_bytes);
   if (s.socket_path != settings_.socket_path || s.socket_mode != settings_.socket_mode ||
       s.socket_group != settings_.socket_group || s.writer_threads != settings_.writer_threads ||

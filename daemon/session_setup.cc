@@ -67,6 +67,7 @@ Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const
   opts.quota_bytes = settings.job_quota_bytes;
   opts.min_free_bytes = settings.min_free_bytes;
   opts.max_open_directories = settings.max_open_directories;
+  opts.max_links_per_file = settings.max_links_per_file;
   // Every file-system operation runs with the client's credentials: dumpd can only create,
   // replace or append where the client itself could, and what it creates belongs to it.
   // A root client may write anywhere the daemon may: no switch needed (saves a setgroups).

@@ -30,7 +30,9 @@ struct FaultInjectingFileSystem::State {
     int err = EIO;
     if (*code == ErrorCode::kNoSpace) err = ENOSPC;
     if (*code == ErrorCode::kPermission) err = EACCES;
+    if (*code == ErrorCode::kUnsupported) err = EMLINK;
     Error e = fsError(err, fsOpName(op), path);
+    e.code = *code;
     e.message += " (injected)";
     return e;
   }
@@ -103,10 +105,17 @@ class FaultDirectory final : public Directory {
     return std::unique_ptr<WritableFile>(
         std::make_unique<FaultWritableFile>(std::move(file.value()), state_));
   }
-  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing, std::string_view name,
-                                                 uint32_t mode) override {
+  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing,
+                                                 std::string_view name) override {
     if (Status s = state_->check(FsOp::kLink, joinPath(path(), name)); !s) return s.error();
-    auto file = base_->linkFile(existing, name, mode);
+    return wrap(base_->linkFile(existing, name));
+  }
+  Result<std::unique_ptr<WritableFile>> copyFile(std::string_view existing, std::string_view name,
+                                                 uint32_t mode) override {
+    if (Status s = state_->check(FsOp::kCopy, joinPath(path(), name)); !s) return s.error();
+    return wrap(base_->copyFile(existing, name, mode));
+  }
+  Result<std::unique_ptr<WritableFile>> wrap(Result<std::unique_ptr<WritableFile>> file) {
     if (!file) return file.error();
     return std::unique_ptr<WritableFile>(
         std::make_unique<FaultWritableFile>(std::move(file.value()), state_));

@@ -3,7 +3,8 @@
 // Every call that can fail (see FsOp) is numbered from 0 in the order it is made; failCall(n)
 // fails call n, failEvery(op) fails every call of a kind. A failed call does nothing (a
 // failing commit removes the temporary file, as a real failing rename does) and returns the
-// error of the chosen code (kNoSpace -> ENOSPC, kIo -> EIO, kPermission -> EACCES) whose
+// error of the chosen code (kNoSpace -> ENOSPC, kIo -> EIO, kPermission -> EACCES,
+// kUnsupported -> EMLINK: a refused hard link) whose
 // message names the file and ends in "(injected)".
 //
 // Thread-safety: everything may be called from any thread.

@@ -56,6 +56,8 @@ std::string_view fsOpName(FsOp op) {
       return "statvfs";
     case FsOp::kLink:
       return "link";
+    case FsOp::kCopy:
+      return "copy";
   }
   return "unknown";
 }

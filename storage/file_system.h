@@ -44,9 +44,10 @@ enum class FsOp : uint8_t {
   kAppend,         // AppendFile::append
   kSyncDirectory,  // Directory::sync
   kFreeBytes,      // FileSystem::freeBytes
-  kLink,           // Directory::linkFile: link (or copy) an existing file to a temporary name
+  kLink,           // Directory::linkFile: hard-link an existing file to a temporary name
+  kCopy,           // Directory::copyFile: copy an existing file to a temporary name
 };
-inline constexpr int kFsOpCount = 10;
+inline constexpr int kFsOpCount = 11;
 std::string_view fsOpName(FsOp op);
 
 // OK when `path` is a valid root-relative path ("" included).
@@ -123,15 +124,22 @@ class Directory {
   virtual const std::string& path() const = 0;
   // Starts file `name` (one component) under a temporary name; `mode` is the final mode.
   virtual Result<std::unique_ptr<WritableFile>> newFile(std::string_view name, uint32_t mode) = 0;
-  // Starts file `name` (one component) as another name for `existing`, a committed regular
-  // file of this directory: a hard link, or, where the file system refuses one (EPERM,
-  // EMLINK, EXDEV, EOPNOTSUPP/ENOTSUP, ENOSYS), a copy of its bytes with mode `mode`. Nothing
-  // is visible under `name` until commit() (which, as for newFile, replaces a file of that
-  // name); write() is refused (kInvalidArgument). bytesWritten() is 0 for a link, the bytes
-  // copied for a copy. A symbolic link or non-regular file at `existing` is refused
+  // Starts file `name` (one component) as a hard link of `existing`, a committed regular file
+  // of this directory. Nothing is visible under `name` until commit() (which, as for newFile,
+  // replaces a file of that name); write() is refused (kInvalidArgument); bytesWritten() is 0.
+  // Where the file system refuses the link (EMLINK: the file has too many; EPERM:
+  // fs.protected_hardlinks or no links on this file system; EXDEV, EOPNOTSUPP/ENOTSUP,
+  // ENOSYS; PosixOptions::hard_links false; the memory file system) the answer is
+  // kUnsupported and nothing is created: whether a copy is worth its bytes is the caller's
+  // decision (copyFile). A symbolic link or non-regular file at `existing` is refused
   // (kPermission / kInvalidArgument); a missing one is kNotFound. Errors name the
   // root-relative path.
   virtual Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing,
+                                                         std::string_view name) = 0;
+  // Starts file `name` (one component) as a copy of `existing`'s bytes with mode `mode`: a
+  // file of its own, never a link. write() is refused; bytesWritten() is the bytes copied.
+  // `existing` is refused as for linkFile.
+  virtual Result<std::unique_ptr<WritableFile>> copyFile(std::string_view existing,
                                                          std::string_view name, uint32_t mode) = 0;
   // Opens `name` for appending, creating it (mode 0600: appended to again after a reopen, so
   // not MindSpore's 0400) when missing.
@@ -174,7 +182,7 @@ struct PosixOptions {
   // what is created belongs to the client's uid and gid. Writes to open files switch nothing.
   // Unset: the process's own credentials and ownership.
   std::optional<Credentials> act_as;
-  // false: linkFile always copies (tests; file systems known to lack hard links).
+  // false: linkFile always answers kUnsupported (tests; file systems known to lack links).
   bool hard_links = true;
 };
 

@@ -219,6 +219,13 @@ class DirLease {
 
 enum class SyncPolicy { kNone, kNow, kDeferred };
 
+// Where a published file's bytes come from: its body writes them (kWrite), or they are those
+// of `from`, a file of the same directory, as a hard link (kLink) or a copy (kCopy).
+struct FileSource {
+  enum Kind { kWrite, kLink, kCopy } kind = kWrite;
+  std::string_view from;
+};
+
 // The statistic.csv rows of one op, appended when the op is done (in ticket order when it
 // has one): its inputs' rows, then its outputs', as MindSpore writes them.
 struct OpRows {
@@ -273,6 +280,7 @@ struct JobWriter::Impl {
   std::atomic<uint64_t> tensors_dropped{0};
   std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> tensors_linked{0};
+  std::atomic<uint64_t> repeats_copied{0};
   std::atomic<uint64_t> write_errors{0};
   mutable std::mutex counters_mu;
   std::string stop_reason;
@@ -481,15 +489,15 @@ struct JobWriter::Impl {
   }
 
   // Writes file `name` in ds (temporary name, then rename). `body(WritableFile&)` writes the
-  // contents. A name longer than 255 bytes is replaced by "<digits><ext>" and the pair is
-  // appended to mapping.csv (names without the ".lz4" suffix: what `lz4 -d` restores).
-  // Returns the bytes written.
-  // With `link_from` (a file of the same directory) the file is that file's hard link (or
-  // copy), and `body` writes nothing. `final_name` (optional) receives the name published.
+  // contents (source kWrite); a link or copy of another file (`source`) has them already and
+  // `body` writes nothing. A name longer than 255 bytes is replaced by "<digits><ext>" and the
+  // pair is appended to mapping.csv (names without the ".lz4" suffix: what `lz4 -d`
+  // restores). Returns the bytes written (0 for a link). `final_name` (optional) receives the
+  // name published.
   template <typename Body>
   Result<uint64_t> publish(DirLease& lease, std::string_view name, std::string_view ext,
                            bool lz4_suffix, uint32_t mode, SyncPolicy sync, Body&& body,
-                           std::string_view link_from = {}, std::string* final_name_out = nullptr) {
+                           FileSource source = {}, std::string* final_name_out = nullptr) {
     DirState& ds = lease.state();
     std::string short_name;
     if (name.size() > kMaxFileNameBytes) {
@@ -497,8 +505,10 @@ struct JobWriter::Impl {
       short_name.append(ext);
     }
     std::string_view final_name = short_name.empty() ? name : std::string_view(short_name);
-    auto file = link_from.empty() ? lease.dir().newFile(final_name, mode)
-                                  : lease.dir().linkFile(link_from, final_name, mode);
+    Result<std::unique_ptr<WritableFile>> file =
+        source.kind == FileSource::kWrite  ? lease.dir().newFile(final_name, mode)
+        : source.kind == FileSource::kLink ? lease.dir().linkFile(source.from, final_name)
+                                           : lease.dir().copyFile(source.from, final_name, mode);
     if (!file) return file.error();
     WritableFile& f = *file.value();
     if (Status s = body(f); !s) return s.error();
@@ -702,6 +712,7 @@ struct JobWriter::Impl {
       if (!r) return r.error();
       if (r.value().first) {
         countPayload(ds, outcome, r.value().second);
+        memo.file_bytes = r.value().second;
       } else {
         ++outcome.tensors_dropped;
         countDropped(&ds, 1, stopReason());
@@ -722,8 +733,8 @@ struct JobWriter::Impl {
     return {};
   }
 
-  // A tensor that repeats an earlier one (dump once): its file is a hard link of that one's
-  // (a copy where the file system has no links), its row has that one's statistics.
+  // A tensor that repeats an earlier one (dump once): its file is made from that one's
+  // (writeRepeatFile), its row has that one's statistics.
   Status writeRepeat(DirLease& lease, OpRows& rows, const OpRecord& op, const TensorView& t,
                      uint64_t elements, OpOutcome& outcome) {
     DirState& ds = lease.state();
@@ -739,23 +750,19 @@ struct JobWriter::Impl {
     const bool want_stats = plan.savesStatistics() && hasStatistics(t.dtype);
     MemoResult memo;
     if (want_payload) {
-      if (source.payload_dropped || payload_stopped.load(std::memory_order_acquire)) {
+      bool written = false;
+      if (!source.payload_dropped && !payload_stopped.load(std::memory_order_acquire)) {
+        if (source.file.empty() || source.dir != ds.path) {
+          return refuse("repeats a tensor whose file is not in " + ds.path);
+        }
+        auto r = writeRepeatFile(lease, op, t, timestamp, outcome, t.memo ? &memo : nullptr);
+        if (!r) return r.error();
+        written = r.value();
+      }
+      if (!written) {
         ++outcome.tensors_dropped;
         countDropped(&ds, 1, stopReason());
         memo.payload_dropped = true;
-      } else if (source.file.empty() || source.dir != ds.path) {
-        return refuse("repeats a tensor whose file is not in " + ds.path);
-      } else {
-        Scratch& s = scratch();
-        payloadName(s.name, op, t, timestamp);
-        auto linked = publish(
-            lease, s.name, lz4 ? ".npy.lz4" : ".npy", lz4, kTensorFileMode, tensorSync(),
-            [](WritableFile&) { return Status{}; }, source.file, t.memo ? &memo.file : nullptr);
-        if (!linked) return linked.error();
-        releasePayload(0, linked.value());  // a copy (no hard links) counts to the quota
-        countPayload(ds, outcome, linked.value());
-        ++outcome.tensors_linked;
-        tensors_linked.fetch_add(1, std::memory_order_relaxed);
       }
     }
     if (want_stats) {
@@ -765,6 +772,56 @@ struct JobWriter::Impl {
     }
     publishMemo(t, ds, std::move(memo));
     return {};
+  }
+
+  // A repeat's file: a hard link of the memo's link source, charged nothing. When that file
+  // has max_links_per_file links already, or the file system refuses the link, a new first
+  // file: a copy that passes the payload gate (quota, free space) like any payload and
+  // becomes the link source of later repeats (storage/tensor_memo.h). Returns false when the
+  // gate dropped it. `memo` (optional) receives the file published.
+  Result<bool> writeRepeatFile(DirLease& lease, const OpRecord& op, const TensorView& t,
+                               uint64_t timestamp, OpOutcome& outcome, MemoResult* memo) {
+    DirState& ds = lease.state();
+    Scratch& s = scratch();
+    payloadName(s.name, op, t, timestamp);  // untouched by publish (it uses other buffers)
+    const std::string_view ext = lz4 ? ".npy.lz4" : ".npy";
+    auto nothing = [](WritableFile&) { return Status{}; };
+    std::string* final_name = memo != nullptr ? &memo->file : nullptr;
+    const LinkSource source =
+        t.same_as->claimLink(std::max<uint32_t>(options.max_links_per_file, 1));
+    if (source.claimed) {
+      auto linked = publish(lease, s.name, ext, lz4, kTensorFileMode, tensorSync(), nothing,
+                            {FileSource::kLink, source.file}, final_name);
+      if (linked) {
+        countPayload(ds, outcome, 0);
+        ++outcome.tensors_linked;
+        tensors_linked.fetch_add(1, std::memory_order_relaxed);
+        if (memo != nullptr) memo->file_bytes = source.bytes;
+        return true;
+      }
+      if (linked.error().code != ErrorCode::kUnsupported) return linked.error();
+    }
+    Result<bool> admitted = admitPayload(source.bytes);
+    if (!admitted || !admitted.value()) return admitted;
+    std::string copy_name;
+    auto copied = publish(lease, s.name, ext, lz4, kTensorFileMode, tensorSync(), nothing,
+                          {FileSource::kCopy, source.file}, &copy_name);
+    if (!copied) {
+      releasePayload(source.bytes, 0);
+      return copied.error();
+    }
+    releasePayload(source.bytes, copied.value());
+    t.same_as->rebase(copy_name, copied.value());
+    countPayload(ds, outcome, copied.value());
+    ++outcome.tensors_linked;
+    ++outcome.repeats_copied;
+    tensors_linked.fetch_add(1, std::memory_order_relaxed);
+    repeats_copied.fetch_add(1, std::memory_order_relaxed);
+    if (memo != nullptr) {
+      memo->file = std::move(copy_name);
+      memo->file_bytes = copied.value();
+    }
+    return true;
   }
 
   Status appendManifest(const std::string& line) {
@@ -950,9 +1007,10 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
     counts[i] = n.value();
     any_selected |= ioSelected(m.plan.input_output, t.io) && counts[i] != 0;
     if (m.plan.op_debug_mode == 3 && t.io == Io::kOutput) {
-      overflow = overflow ||
-                 (t.sums != nullptr ? t.sums->nan + t.sums->negative_inf + t.sums->positive_inf != 0
-                                    : containsNonFinite(t.dtype, t.data));
+      // Each count alone: forged counts must not sum (wrap) to zero.
+      overflow = overflow || (t.sums != nullptr ? t.sums->nan != 0 || t.sums->negative_inf != 0 ||
+                                                      t.sums->positive_inf != 0
+                                                : containsNonFinite(t.dtype, t.data));
     }
   }
   OpOutcome outcome;
@@ -1273,6 +1331,7 @@ JobCounters JobWriter::counters() const {
   c.tensors_dropped = m.tensors_dropped.load(std::memory_order_relaxed);
   c.bytes_written = m.bytes_written.load(std::memory_order_relaxed);
   c.tensors_linked = m.tensors_linked.load(std::memory_order_relaxed);
+  c.repeats_copied = m.repeats_copied.load(std::memory_order_relaxed);
   c.write_errors = m.write_errors.load(std::memory_order_relaxed);
   c.open_directories = m.open_directories.load(std::memory_order_relaxed);
   c.open_fds = c.open_directories + m.open_appenders.load(std::memory_order_relaxed);

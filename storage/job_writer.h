@@ -39,6 +39,10 @@ struct JobOptions {
   // Calls in flight pin their directory, so with more threads than this the figure is
   // exceeded by at most one directory per concurrent call.
   uint32_t max_open_directories = 64;
+  // Dump once: hard links repeats make to one file in one step. Past it a repeat writes a new
+  // first file (a copy, charged as a payload) that later repeats link to (see
+  // storage/tensor_memo.h). 0 is taken as 1.
+  uint32_t max_links_per_file = 1000;
 };
 
 // What one writeOp did.
@@ -46,14 +50,18 @@ struct OpOutcome {
   uint32_t tensors_written = 0;  // payload files (or statistic rows when only statistics)
   uint32_t tensors_dropped = 0;  // payload skipped by quota/watermark/overflow limit
   uint64_t bytes_written = 0;
-  uint32_t tensors_linked = 0;  // of tensors_written: files linked from a repeated tensor's
+  // Of tensors_written: repeats (dump once) written without their bytes crossing the ring:
+  // hard links, plus the new first files of repeats_copied.
+  uint32_t tensors_linked = 0;
+  uint32_t repeats_copied = 0;  // of tensors_linked: copies (link limit, or no link possible)
 };
 
 struct JobCounters {
   uint64_t tensors_written = 0;
   uint64_t tensors_dropped = 0;
   uint64_t bytes_written = 0;
-  uint64_t tensors_linked = 0;  // of tensors_written: hard links of a repeated tensor's file
+  uint64_t tensors_linked = 0;  // OpOutcome::tensors_linked, summed
+  uint64_t repeats_copied = 0;  // OpOutcome::repeats_copied, summed
   uint64_t write_errors = 0;
   // Descriptors the writer holds between calls: open directories, plus the appenders
   // (statistic.csv, mapping.csv of open directories, manifest.jsonl). A call in flight holds

@@ -37,7 +37,7 @@ using Shared = MemoryFileSystem::Shared;
 
 class MemWritableFile final : public WritableFile {
  public:
-  // `copied`: the file is a copy made by linkFile, of that many bytes; write() is refused.
+  // `copied`: the file is a copy made by copyFile, of that many bytes; write() is refused.
   MemWritableFile(std::shared_ptr<Shared> shared, std::shared_ptr<Node> dir,
                   std::shared_ptr<Node> file, std::string tmp, std::string name, std::string path,
                   std::optional<uint64_t> copied = std::nullopt)
@@ -165,8 +165,22 @@ class MemDirectory final : public Directory {
         shared_, node_, std::move(file), std::move(tmp), std::string(name), joinPath(path_, name)));
   }
 
+  // No hard links here (see the header): the arguments are checked, then refused.
+  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing,
+                                                 std::string_view name) override {
+    if (Status s = validateName(existing); !s) return s.error();
+    if (Status s = validateName(name); !s) return s.error();
+    {
+      std::lock_guard lock(shared_->mu);
+      if (Status s = checkSource(existing, "link"); !s) return s.error();
+    }
+    return makeError(ErrorCode::kUnsupported, "link " + joinPath(path_, existing) + " to " +
+                                                  joinPath(path_, name) +
+                                                  ": the memory file system has no hard links");
+  }
+
   // A copy (see the header): a node of its own, with its own mode and durability.
-  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing, std::string_view name,
+  Result<std::unique_ptr<WritableFile>> copyFile(std::string_view existing, std::string_view name,
                                                  uint32_t mode) override {
     if (Status s = validateName(existing); !s) return s.error();
     if (Status s = validateName(name); !s) return s.error();
@@ -177,24 +191,29 @@ class MemDirectory final : public Directory {
     file->mode = mode;
     {
       std::lock_guard lock(shared_->mu);
-      auto it = node_->children.find(existing);
-      if (it == node_->children.end()) return fsError(ENOENT, "link", joinPath(path_, existing));
-      if (it->second->kind == Kind::kSymlink) {
-        return fsError(ELOOP, "link", joinPath(path_, existing));
-      }
-      if (it->second->kind != Kind::kFile) {
-        return fsError(EINVAL, "link (not a regular file)", joinPath(path_, existing));
-      }
-      if (Status s = shared_->reserve(it->second->data.size(), "link", path); !s) {
-        return s.error();
-      }
-      file->data = it->second->data;
+      if (Status s = checkSource(existing, "copy"); !s) return s.error();
+      const Node& source = *node_->children.find(existing)->second;
+      if (Status s = shared_->reserve(source.data.size(), "copy", path); !s) return s.error();
+      file->data = source.data;
       node_->children[tmp] = file;
     }
     uint64_t copied = file->data.size();
     return std::unique_ptr<WritableFile>(
         std::make_unique<MemWritableFile>(shared_, node_, std::move(file), std::move(tmp),
                                           std::string(name), std::move(path), copied));
+  }
+
+  // OK when `existing` is a regular file of this directory; `what` begins the error message.
+  // REQUIRES: shared_->mu held.
+  Status checkSource(std::string_view existing, std::string_view what) const {
+    const std::string path = joinPath(path_, existing);
+    auto it = node_->children.find(existing);
+    if (it == node_->children.end()) return fsError(ENOENT, what, path);
+    if (it->second->kind == Kind::kSymlink) return fsError(ELOOP, what, path);
+    if (it->second->kind != Kind::kFile) {
+      return fsError(EINVAL, std::string(what) + " (not a regular file)", path);
+    }
+    return {};
   }
 
   Result<std::unique_ptr<AppendFile>> openAppend(std::string_view name) override {

@@ -5,10 +5,10 @@
 // renamed, removed) at sync of their directory. simulateCrash() throws away everything not
 // durable, as a power cut would.
 //
-// linkFile makes a copy, never a node shared by two names: the new file has the given mode,
-// bytesWritten() is its size, it counts against the capacity, and, like any new file, its
-// contents are durable only after its sync() (stricter than a POSIX hard link, whose data is
-// the original's).
+// No hard links: linkFile checks its arguments as the POSIX one does and then answers
+// kUnsupported, as a file system without links would. copyFile makes a node of its own: the
+// new file has the given mode, bytesWritten() is its size, it counts against the capacity,
+// and, like any new file, its contents are durable only after its sync().
 //
 // Thread-safety: everything may be called from any thread (one mutex guards the tree).
 #pragma once

@@ -26,9 +26,10 @@ struct TensorView {
   const StatSums* sums = nullptr;
   // Dump once (see storage/tensor_memo.h), not owned. `memo`: later tensors repeat this one;
   // the writer publishes what it did there. `same_as`: this tensor repeats that one (`data`
-  // empty, `sums` null); its file and row are made from that tensor's.
+  // empty, `sums` null); its file and row are made from that tensor's (the writer claims a
+  // link to its file there: TensorMemo::claimLink).
   TensorMemo* memo = nullptr;
-  const TensorMemo* same_as = nullptr;
+  TensorMemo* same_as = nullptr;
 };
 
 struct OpRecord {

@@ -53,9 +53,9 @@ Status actAs(ScopedCredentials& scope, const PosixContext& ctx, std::string_view
   return {};
 }
 
-// linkat() errors after which linkFile copies instead: the file system has no hard links
-// (EPERM on some, EOPNOTSUPP, ENOSYS), the file has too many (EMLINK), or the kernel forbids
-// this caller to link it (EPERM: fs.protected_hardlinks; the copy then needs read access).
+// linkat() errors that mean "no link here" (linkFile answers kUnsupported): the file system
+// has no hard links (EPERM on some, EOPNOTSUPP, ENOSYS), the file has too many (EMLINK), or
+// the kernel forbids this caller to link it (EPERM: fs.protected_hardlinks).
 bool hardLinkRefused(int err) {
   switch (err) {
     case EPERM:
@@ -78,9 +78,10 @@ Status fsyncFd(int fd, std::string_view what, std::string_view path) {
 }
 
 class PosixDirectory;
+struct FromExisting;
 
 // What a temporary file holds: what write() puts there (newFile), or an existing file's data
-// (linkFile: a second hard link to it, or a copy); the latter two refuse write().
+// (linkFile: a second hard link to it; copyFile: a copy); the latter two refuse write().
 enum class Contents { kWritten, kHardLink, kCopy };
 
 class PosixWritableFile final : public WritableFile {
@@ -186,8 +187,13 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
         shared_from_this(), fd, tmp, std::move(path), name_offset));
   }
 
-  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing, std::string_view name,
+  Result<std::unique_ptr<WritableFile>> linkFile(std::string_view existing,
+                                                 std::string_view name) override;
+  Result<std::unique_ptr<WritableFile>> copyFile(std::string_view existing, std::string_view name,
                                                  uint32_t mode) override;
+  Status prepareFromExisting(std::string_view existing, std::string_view name,
+                             std::string_view what, ScopedCredentials& scope,
+                             FromExisting& out) const;
   // False where a link to `file` could be neither committed nor aborted: in a sticky
   // directory only the owner of a file (or of the directory) may rename or remove its names.
   bool mayRenameLinksTo(const struct stat& file) const {
@@ -272,65 +278,104 @@ class PosixDirectory final : public Directory, public std::enable_shared_from_th
   std::shared_ptr<const PosixContext> ctx_;
 };
 
+// O_NONBLOCK: opening something that is not a regular file must not hang (it is refused).
+constexpr int kReadFlags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+
+// What linkFile and copyFile start from: the source `existing` and the file `name`, checked.
+struct FromExisting {
+  std::string from;       // `existing`
+  std::string from_path;  // its root-relative path
+  std::string path;       // `name`'s root-relative path
+  size_t name_offset = 0;
+  char tmp[kTemporaryNameMax];
+  struct stat st {};  // the source's, not following a symlink
+};
+
+// Checks both names, enters the credentials (into `scope`, the caller's) and refuses a
+// source that is a symbolic link or not a regular file. `what` ("link", "copy") begins every
+// error message.
+Status PosixDirectory::prepareFromExisting(std::string_view existing, std::string_view name,
+                                           std::string_view what, ScopedCredentials& scope,
+                                           FromExisting& out) const {
+  if (Status s = validateName(existing); !s) return s;
+  if (Status s = validateName(name); !s) return s;
+  out.from.assign(existing);
+  out.from_path = joinPath(path_, existing);
+  out.path = joinPath(path_, name);
+  out.name_offset = out.path.size() - name.size();
+  temporaryName(out.tmp);
+  if (Status s = actAs(scope, *ctx_, what, out.path); !s) return s;
+  if (::fstatat(fd_.get(), out.from.c_str(), &out.st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return fsError(errno, what, out.from_path);
+  }
+  if (S_ISLNK(out.st.st_mode)) return fsError(ELOOP, what, out.from_path);
+  if (!S_ISREG(out.st.st_mode)) {
+    return fsError(EINVAL, std::string(what) + " (not a regular file)", out.from_path);
+  }
+  return {};
+}
+
 // A hard link needs read access to `existing` as well: the link is opened, to check that it
 // is the file that was checked (not a symlink put there meanwhile) and for sync().
 Result<std::unique_ptr<WritableFile>> PosixDirectory::linkFile(std::string_view existing,
+                                                               std::string_view name) {
+  ScopedCredentials scope;
+  FromExisting f;
+  if (Status s = prepareFromExisting(existing, name, "link", scope, f); !s) return s.error();
+  if (!ctx_->hard_links) {
+    return makeError(ErrorCode::kUnsupported, "link " + f.from_path + " to " + f.path +
+                                                  ": hard links are off for this root");
+  }
+  if (!mayRenameLinksTo(f.st)) {
+    return makeError(ErrorCode::kUnsupported,
+                     "link " + f.from_path + " to " + f.path +
+                         ": another user's file in a sticky directory (its link could not be "
+                         "committed)");
+  }
+  // Flags 0: a symlink is never followed. One put at `existing` since the check would be
+  // linked itself: opening the link with O_NOFOLLOW and comparing inodes refuses it.
+  if (::linkat(fd_.get(), f.from.c_str(), fd_.get(), f.tmp, 0) != 0) {
+    const int err = errno;
+    Error e = fsError(err, "link " + f.from_path + " to", f.path);
+    if (hardLinkRefused(err)) e.code = ErrorCode::kUnsupported;
+    return e;
+  }
+  UniqueFd linked(::openat(fd_.get(), f.tmp, kReadFlags));
+  struct stat now;
+  if (!linked.valid() || ::fstat(linked.get(), &now) != 0) {
+    int err = errno;
+    (void)::unlinkat(fd_.get(), f.tmp, 0);
+    return fsError(err, "link", f.from_path);
+  }
+  if (now.st_dev != f.st.st_dev || now.st_ino != f.st.st_ino) {
+    (void)::unlinkat(fd_.get(), f.tmp, 0);
+    return makeError(ErrorCode::kIo, "link " + f.from_path + ": replaced while being linked");
+  }
+  return std::unique_ptr<WritableFile>(
+      std::make_unique<PosixWritableFile>(shared_from_this(), linked.release(), f.tmp,
+                                          std::move(f.path), f.name_offset, Contents::kHardLink));
+}
+
+// The source is opened first: nothing is created for a file that cannot be read.
+Result<std::unique_ptr<WritableFile>> PosixDirectory::copyFile(std::string_view existing,
                                                                std::string_view name,
                                                                uint32_t mode) {
-  if (Status s = validateName(existing); !s) return s.error();
-  if (Status s = validateName(name); !s) return s.error();
-  const std::string from(existing);
-  const std::string from_path = joinPath(path_, existing);
-  std::string path = joinPath(path_, name);
-  const size_t name_offset = path.size() - name.size();
-  char tmp[kTemporaryNameMax];
-  temporaryName(tmp);
-  // O_NONBLOCK: opening something that is not a regular file must not hang (it is refused).
-  constexpr int kReadFlags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
   ScopedCredentials scope;
-  if (Status s = actAs(scope, *ctx_, "link", path); !s) return s.error();
+  FromExisting f;
+  if (Status s = prepareFromExisting(existing, name, "copy", scope, f); !s) return s.error();
+  UniqueFd source(::openat(fd_.get(), f.from.c_str(), kReadFlags));
+  if (!source.valid()) return fsError(errno, "copy", f.from_path);
   struct stat st;
-  if (::fstatat(fd_.get(), from.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return fsError(errno, "link", from_path);
-  }
-  if (S_ISLNK(st.st_mode)) return fsError(ELOOP, "link", from_path);
-  if (!S_ISREG(st.st_mode)) return fsError(EINVAL, "link (not a regular file)", from_path);
-
-  if (ctx_->hard_links && mayRenameLinksTo(st)) {
-    // Flags 0: a symlink is never followed. One put at `existing` since the check would be
-    // linked itself: opening the link with O_NOFOLLOW and comparing inodes refuses it.
-    if (::linkat(fd_.get(), from.c_str(), fd_.get(), tmp, 0) == 0) {
-      UniqueFd linked(::openat(fd_.get(), tmp, kReadFlags));
-      struct stat now;
-      if (!linked.valid() || ::fstat(linked.get(), &now) != 0) {
-        int err = errno;
-        (void)::unlinkat(fd_.get(), tmp, 0);
-        return fsError(err, "link", from_path);
-      }
-      if (now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
-        (void)::unlinkat(fd_.get(), tmp, 0);
-        return makeError(ErrorCode::kIo, "link " + from_path + ": replaced while being linked");
-      }
-      return std::unique_ptr<WritableFile>(
-          std::make_unique<PosixWritableFile>(shared_from_this(), linked.release(), tmp,
-                                              std::move(path), name_offset, Contents::kHardLink));
-    }
-    if (!hardLinkRefused(errno)) return fsError(errno, "link " + from_path + " to", path);
-  }
-
-  // A copy. The source is opened first: nothing is created for a file that cannot be read.
-  UniqueFd source(::openat(fd_.get(), from.c_str(), kReadFlags));
-  if (!source.valid()) return fsError(errno, "link", from_path);
-  if (::fstat(source.get(), &st) != 0) return fsError(errno, "link", from_path);
-  if (!S_ISREG(st.st_mode)) return fsError(EINVAL, "link (not a regular file)", from_path);
-  int fd = ::openat(fd_.get(), tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+  if (::fstat(source.get(), &st) != 0) return fsError(errno, "copy", f.from_path);
+  if (!S_ISREG(st.st_mode)) return fsError(EINVAL, "copy (not a regular file)", f.from_path);
+  int fd = ::openat(fd_.get(), f.tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     static_cast<mode_t>(mode));
-  if (fd < 0) return fsError(errno, "create", path);
+  if (fd < 0) return fsError(errno, "create", f.path);
   // From here on the file's destructor removes the temporary file on error.
-  auto file = std::make_unique<PosixWritableFile>(shared_from_this(), fd, tmp, std::move(path),
-                                                  name_offset, Contents::kCopy);
+  auto file = std::make_unique<PosixWritableFile>(shared_from_this(), fd, f.tmp, std::move(f.path),
+                                                  f.name_offset, Contents::kCopy);
   CopyOutcome copied = copyFileData(source.get(), file->fd());
-  if (copied.error != 0) return fsError(copied.error, "link (copy)", file->path());
+  if (copied.error != 0) return fsError(copied.error, "copy", file->path());
   file->setBytesWritten(copied.bytes);
   return std::unique_ptr<WritableFile>(std::move(file));
 }

@@ -23,4 +23,22 @@ bool TensorMemo::published() const {
   return done_;
 }
 
+LinkSource TensorMemo::claimLink(uint32_t max_links) {
+  std::lock_guard lock(mu_);
+  if (link_file_.empty()) {
+    link_file_ = result_.file;
+    link_bytes_ = result_.file_bytes;
+  }
+  LinkSource source{link_file_, link_bytes_, links_ < max_links};
+  if (source.claimed) ++links_;
+  return source;
+}
+
+void TensorMemo::rebase(std::string file, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  link_file_ = std::move(file);
+  link_bytes_ = bytes;
+  links_ = 0;
+}
+
 }  // namespace dumpd::storage

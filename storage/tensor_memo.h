@@ -9,7 +9,14 @@
 // running on another thread (or finished), or to an earlier tensor of the same op, which
 // JobWriter::writeOp settles before it moves on.
 //
-// Thread-safety: publish() and wait() may be called from any threads.
+// The file repeats are made from: a hard link of the first tensor's file, at most
+// `max_links` of them per file and step (JobOptions::max_links_per_file). Past that, or where
+// the file system refuses the link (EMLINK, EPERM, EXDEV, no links), the writer writes a new
+// first file, a copy that passes the payload gate (quota, free space) like any payload, and
+// makes it the source of later links (rebase). So one 16-byte reference never buys more than
+// a link, and every max_links references cost one payload the job is charged for.
+//
+// Thread-safety: every method may be called from any thread.
 #pragma once
 
 #include <condition_variable>
@@ -33,6 +40,14 @@ struct MemoResult {
   std::string file;
   bool payload_dropped = false;  // the payload was dropped (quota, free space)
   std::optional<TensorStats> stats;
+  uint64_t file_bytes = 0;  // the payload file's size: what a copy of it costs
+};
+
+// What a repeat links to (TensorMemo::claimLink).
+struct LinkSource {
+  std::string file;      // in the published directory (MemoResult::dir)
+  uint64_t bytes = 0;    // its size
+  bool claimed = false;  // false: `file` has max_links links already; write a new first file
 };
 
 class TensorMemo {
@@ -46,6 +61,12 @@ class TensorMemo {
   // Blocks until published.
   const MemoResult& wait() const;
   bool published() const;
+
+  // REQUIRES: published (wait() returned) with a file. Claims one of the `max_links` link
+  // slots of the current link source (the published file until rebase()).
+  LinkSource claimLink(uint32_t max_links);
+  // A repeat wrote `file` (`bytes`), a copy of the link source: later repeats link to it.
+  void rebase(std::string file, uint64_t bytes);
 
   uint32_t graphId() const { return graph_id_; }
   uint32_t iteration() const { return iteration_; }
@@ -61,6 +82,10 @@ class TensorMemo {
   mutable std::condition_variable cv_;
   bool done_ = false;  // guarded by mu_; result_ is immutable once set
   MemoResult result_;
+  // The link source (guarded by mu_): empty until the first claimLink() takes result_'s.
+  std::string link_file_;
+  uint64_t link_bytes_ = 0;
+  uint32_t links_ = 0;  // links claimed to link_file_
 };
 
 }  // namespace dumpd::storage

@@ -40,6 +40,7 @@ void expectDefaults(const DaemonSettings& s) {
   EXPECT_EQ(s.handshake_timeout_ms, 10000u);
   EXPECT_EQ(s.max_pending_frame_bytes, 64ull << 20);
   EXPECT_EQ(s.max_open_directories, 64u);
+  EXPECT_EQ(s.max_links_per_file, 1000u);
   EXPECT_EQ(s.shutdown_timeout_ms, 30000u);
 }
 
@@ -77,10 +78,11 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
                           "handshake_timeout_ms",
                           "max_pending_frame_bytes",
                           "max_open_directories",
+                          "max_links_per_file",
                           "shutdown_timeout_ms"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
-  EXPECT_EQ(keys.size(), 22u);
+  EXPECT_EQ(keys.size(), 23u);
 }
 
 TEST(DaemonSettingsTest, EveryKeyIsRead) {
@@ -92,7 +94,7 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
     "min_free_bytes": 0, "compression": "lz4", "log_level": "debug",
     "worker_priority": "normal", "max_sessions_per_uid": 3, "max_connections": 9,
     "max_connections_per_uid": 5, "handshake_timeout_ms": 700, "max_pending_frame_bytes": 1234,
-    "max_open_directories": 11, "shutdown_timeout_ms": 4000})");
+    "max_open_directories": 11, "max_links_per_file": 7, "shutdown_timeout_ms": 4000})");
   ASSERT_TRUE(s) << errorOf(s);
   EXPECT_EQ(s->socket_path, "/run/x/d.sock");
   EXPECT_EQ(s->socket_mode, 0600u);
@@ -115,6 +117,7 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
   EXPECT_EQ(s->handshake_timeout_ms, 700u);
   EXPECT_EQ(s->max_pending_frame_bytes, 1234u);
   EXPECT_EQ(s->max_open_directories, 11u);
+  EXPECT_EQ(s->max_links_per_file, 7u);
   EXPECT_EQ(s->shutdown_timeout_ms, 4000u);
 }
 
@@ -122,6 +125,8 @@ TEST(DaemonSettingsTest, LimitsBelowTheirMinimumAreRefused) {
   EXPECT_FALSE(parseDaemonSettings(R"({"handshake_timeout_ms": 10})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"shutdown_timeout_ms": 0})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"max_open_directories": 1})"));
+  EXPECT_FALSE(parseDaemonSettings(R"({"max_links_per_file": 0})"));
+  EXPECT_FALSE(parseDaemonSettings(R"({"max_links_per_file": 65000})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"max_connections_per_uid": 0})"));
 }
 

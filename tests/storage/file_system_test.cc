@@ -136,6 +136,15 @@ void commitFile(Directory& d, const std::string& name, const std::string& text,
   ASSERT_TRUE(f.value()->commit());
 }
 
+// What the writer does for a repeated tensor: a hard link, or a copy where the file system
+// answers that it links nothing here (kUnsupported).
+Result<std::unique_ptr<WritableFile>> linkOrCopy(Directory& d, std::string_view existing,
+                                                 std::string_view name, uint32_t mode) {
+  auto link = d.linkFile(existing, name);
+  if (link || link.error().code != ErrorCode::kUnsupported) return link;
+  return d.copyFile(existing, name, mode);
+}
+
 TEST_P(FileSystemContractTest, CreatesMissingDirectoriesBeneathTheRoot) {
   ASSERT_TRUE(fs().createDirectories("rank_0/Net/0/1"));
   EXPECT_TRUE(h_->exists("rank_0/Net/0/1"));
@@ -165,9 +174,12 @@ TEST_P(FileSystemContractTest, RejectsEmptyDotAndDotDotComponents) {
     EXPECT_FALSE(d->openAppend(bad).has_value()) << bad;
     for (const auto& [existing, name] :
          {std::pair<const char*, const char*>{bad, "b"}, {"a", bad}}) {
-      auto link = d->linkFile(existing, name, 0644);
+      auto link = d->linkFile(existing, name);
       ASSERT_FALSE(link.has_value()) << bad;
       EXPECT_EQ(link.error().code, ErrorCode::kInvalidArgument) << bad;
+      auto copy = d->copyFile(existing, name, 0644);
+      ASSERT_FALSE(copy.has_value()) << bad;
+      EXPECT_EQ(copy.error().code, ErrorCode::kInvalidArgument) << bad;
     }
   }
 }
@@ -358,7 +370,7 @@ TEST_P(FileSystemContractTest, RemoveStaleTemporariesTakesOnlyLeftoversOfOtherPr
 TEST_P(FileSystemContractTest, LinkedFileIsInvisibleUntilCommittedThenReadsTheOriginal) {
   auto d = dir("d");
   commitFile(*d, "a.npy", "tensor bytes");
-  auto f = d->linkFile("a.npy", "b.npy", 0400);
+  auto f = linkOrCopy(*d, "a.npy", "b.npy", 0400);
   ASSERT_TRUE(f.has_value()) << f.error().message;
   EXPECT_EQ(f.value()->path(), "d/b.npy");
   // 0 for a hard link; the copy's size where it is a copy.
@@ -380,7 +392,7 @@ TEST_P(FileSystemContractTest, CommitOfALinkReplacesAnOlderFile) {
   auto d = dir("d");
   commitFile(*d, "a", "original");
   commitFile(*d, "b", "older");
-  auto f = d->linkFile("a", "b", 0400);
+  auto f = linkOrCopy(*d, "a", "b", 0400);
   ASSERT_TRUE(f.has_value()) << f.error().message;
   EXPECT_EQ(h_->read("d/b"), "older");
   ASSERT_TRUE(f.value()->commit());
@@ -394,7 +406,7 @@ TEST_P(FileSystemContractTest, LinkingOverAnotherNameOfTheSameFileLeavesNoTempor
   auto d = dir("d");
   commitFile(*d, "a", "original");
   for (const char* name : {"b", "b", "a"}) {
-    auto f = d->linkFile("a", name, 0400);
+    auto f = linkOrCopy(*d, "a", name, 0400);
     ASSERT_TRUE(f.has_value()) << f.error().message;
     ASSERT_TRUE(f.value()->commit()) << name;
   }
@@ -405,7 +417,7 @@ TEST_P(FileSystemContractTest, LinkingOverAnotherNameOfTheSameFileLeavesNoTempor
 
 TEST_P(FileSystemContractTest, LinkingAMissingFileIsNotFound) {
   auto d = dir("d");
-  auto f = d->linkFile("missing.npy", "b.npy", 0400);
+  auto f = linkOrCopy(*d, "missing.npy", "b.npy", 0400);
   ASSERT_FALSE(f.has_value());
   EXPECT_EQ(f.error().code, ErrorCode::kNotFound);
   EXPECT_NE(f.error().message.find("d/missing.npy"), std::string::npos) << f.error().message;
@@ -415,7 +427,7 @@ TEST_P(FileSystemContractTest, LinkingAMissingFileIsNotFound) {
 TEST_P(FileSystemContractTest, LinkingASymlinkIsRefusedAndCreatesNothing) {
   h_->plantSymlink("d/escape");
   auto d = dir("d");
-  auto f = d->linkFile("escape", "b.npy", 0400);
+  auto f = linkOrCopy(*d, "escape", "b.npy", 0400);
   ASSERT_FALSE(f.has_value());
   EXPECT_EQ(f.error().code, ErrorCode::kPermission);
   EXPECT_NE(f.error().message.find("d/escape"), std::string::npos) << f.error().message;
@@ -427,7 +439,7 @@ TEST_P(FileSystemContractTest, LinkingASymlinkIsRefusedAndCreatesNothing) {
 TEST_P(FileSystemContractTest, LinkingADirectoryIsInvalidArgument) {
   ASSERT_TRUE(fs().createDirectories("d/sub"));
   auto d = dir("d");
-  auto f = d->linkFile("sub", "b", 0400);
+  auto f = linkOrCopy(*d, "sub", "b", 0400);
   ASSERT_FALSE(f.has_value());
   EXPECT_EQ(f.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(f.error().message.find("d/sub"), std::string::npos) << f.error().message;
@@ -438,13 +450,13 @@ TEST_P(FileSystemContractTest, AbortAndDestructionOfALinkLeaveOnlyTheOriginal) {
   auto d = dir("d");
   commitFile(*d, "a", "original");
   {
-    auto f = d->linkFile("a", "b", 0400);
+    auto f = linkOrCopy(*d, "a", "b", 0400);
     ASSERT_TRUE(f.has_value()) << f.error().message;
     f.value()->abort();
     f.value()->abort();  // idempotent
   }
   {
-    auto f = d->linkFile("a", "c", 0400);
+    auto f = linkOrCopy(*d, "a", "c", 0400);
     ASSERT_TRUE(f.has_value()) << f.error().message;
   }  // destroyed without commit
   EXPECT_EQ(h_->files(), std::vector<std::string>{"d/a"});
@@ -455,7 +467,7 @@ TEST_P(FileSystemContractTest, AbortAndDestructionOfALinkLeaveOnlyTheOriginal) {
 TEST_P(FileSystemContractTest, WritingToALinkedFileIsRefused) {
   auto d = dir("d");
   commitFile(*d, "a", "original");
-  auto f = d->linkFile("a", "b", 0400);
+  auto f = linkOrCopy(*d, "a", "b", 0400);
   ASSERT_TRUE(f.has_value()) << f.error().message;
   auto s = f.value()->write(asBytes("more"));
   ASSERT_FALSE(s.has_value());
@@ -464,6 +476,31 @@ TEST_P(FileSystemContractTest, WritingToALinkedFileIsRefused) {
   ASSERT_TRUE(f.value()->commit());
   EXPECT_EQ(h_->read("d/a"), "original");
   EXPECT_EQ(h_->read("d/b"), "original");
+}
+
+// Where there are no links (posix_copy, memory) linkFile says so and creates nothing; a copy
+// is always a file of its own, even where a link would be possible.
+TEST_P(FileSystemContractTest, LinkFileRefusedIsUnsupportedAndCopyFileAlwaysCopies) {
+  auto d = dir("d");
+  commitFile(*d, "a", "original");
+  auto link = d->linkFile("a", "b");
+  if (GetParam() == "posix") {
+    ASSERT_TRUE(link.has_value()) << link.error().message;
+    EXPECT_EQ(link.value()->bytesWritten(), 0u);
+    ASSERT_TRUE(link.value()->commit());
+  } else {
+    ASSERT_FALSE(link.has_value());
+    EXPECT_EQ(link.error().code, ErrorCode::kUnsupported) << link.error().message;
+    EXPECT_NE(link.error().message.find("d/a"), std::string::npos) << link.error().message;
+    EXPECT_EQ(h_->files(), std::vector<std::string>{"d/a"});
+  }
+  auto copy = d->copyFile("a", "c", 0440);
+  ASSERT_TRUE(copy.has_value()) << copy.error().message;
+  EXPECT_EQ(copy.value()->bytesWritten(), 8u);
+  EXPECT_FALSE(copy.value()->write(asBytes("more")).has_value());
+  ASSERT_TRUE(copy.value()->commit());
+  EXPECT_EQ(h_->read("d/c"), "original");
+  EXPECT_EQ(h_->mode("d/c"), 0440u);
 }
 
 TEST(PosixFileSystemTest, WorksOnAnOPathRootFd) {
@@ -519,7 +556,7 @@ TEST(PosixFileSystemTest, ALinkIsAHardLinkToTheOriginal) {
   auto fs = openPosixFileSystem(root.path());
   auto d = fs.value()->openDirectory("", {});
   commitFile(*d.value(), "a", "original", 0400);
-  auto f = d.value()->linkFile("a", "b", 0644);  // a link has the original's mode
+  auto f = d.value()->linkFile("a", "b");  // a link has the original's mode
   ASSERT_TRUE(f.has_value()) << f.error().message;
   EXPECT_EQ(f.value()->bytesWritten(), 0u);
   ASSERT_TRUE(f.value()->commit());
@@ -530,14 +567,34 @@ TEST(PosixFileSystemTest, ALinkIsAHardLinkToTheOriginal) {
   EXPECT_EQ(testing::readFile(root.path() + "/b"), "original");
 }
 
-TEST(PosixFileSystemTest, WithoutHardLinksLinkFileCopies) {
+TEST(PosixFileSystemTest, ACopyIsAFileOfItsOwnEvenWhereALinkIsPossible) {
+  TempDir root;
+  auto fs = openPosixFileSystem(root.path());
+  auto d = fs.value()->openDirectory("", {});
+  commitFile(*d.value(), "a", "original", 0400);
+  auto f = d.value()->copyFile("a", "b", 0640);
+  ASSERT_TRUE(f.has_value()) << f.error().message;
+  EXPECT_EQ(f.value()->bytesWritten(), 8u);
+  ASSERT_TRUE(f.value()->commit());
+  struct stat a = statOf(root.path() + "/a"), b = statOf(root.path() + "/b");
+  EXPECT_NE(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_nlink, 1u);
+  EXPECT_EQ(b.st_mode & 07777, 0640u);
+  EXPECT_EQ(testing::readFile(root.path() + "/b"), "original");
+}
+
+TEST(PosixFileSystemTest, WithoutHardLinksLinkFileIsUnsupportedAndCopyFileCopies) {
   TempDir root;
   auto fs = openPosixFileSystem(root.path(), PosixOptions{.hard_links = false});
   auto d = fs.value()->openDirectory("", {});
   std::string text(3 * 1024 * 1024 + 7, '\0');  // more than one buffer of a read/write copy
   for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(i * 131 + i / 4096);
   commitFile(*d.value(), "a", text, 0400);
-  auto f = d.value()->linkFile("a", "b", 0640);
+  auto refused = d.value()->linkFile("a", "b");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnsupported) << refused.error().message;
+  EXPECT_EQ(testing::listFiles(root.path()), std::vector<std::string>{"a"});
+  auto f = d.value()->copyFile("a", "b", 0640);
   ASSERT_TRUE(f.has_value()) << f.error().message;
   EXPECT_EQ(f.value()->bytesWritten(), text.size());
   ASSERT_TRUE(f.value()->sync());
@@ -558,10 +615,14 @@ TEST(PosixFileSystemTest, ASymlinkToAFileOutsideTheRootIsNotLinked) {
   for (bool hard_links : {true, false}) {
     auto fs = openPosixFileSystem(root.path(), PosixOptions{.hard_links = hard_links});
     auto d = fs.value()->openDirectory("", {});
-    auto f = d.value()->linkFile("s", "b", 0644);
-    ASSERT_FALSE(f.has_value());
-    EXPECT_EQ(f.error().code, ErrorCode::kPermission);
-    EXPECT_NE(f.error().message.find("link s"), std::string::npos) << f.error().message;
+    auto link = d.value()->linkFile("s", "b");
+    ASSERT_FALSE(link.has_value());
+    EXPECT_EQ(link.error().code, ErrorCode::kPermission);
+    EXPECT_NE(link.error().message.find("link s"), std::string::npos) << link.error().message;
+    auto copy = d.value()->copyFile("s", "b", 0644);
+    ASSERT_FALSE(copy.has_value());
+    EXPECT_EQ(copy.error().code, ErrorCode::kPermission);
+    EXPECT_NE(copy.error().message.find("copy s"), std::string::npos) << copy.error().message;
   }
   EXPECT_EQ(testing::listFiles(root.path()), std::vector<std::string>{"s"});
   EXPECT_EQ(statOf(secret).st_nlink, 1u);
@@ -816,7 +877,7 @@ TEST(PosixActAsTest, TheClientsFileCannotBeLinkedInADirectoryItCannotWrite) {
     ASSERT_TRUE(fs.has_value()) << fs.error().message;
     auto d = fs.value()->openDirectory("", {});
     ASSERT_TRUE(d.has_value()) << d.error().message;
-    auto f = d.value()->linkFile("a", "b", 0644);
+    auto f = linkOrCopy(*d.value(), "a", "b", 0644);
     ASSERT_FALSE(f.has_value()) << hard_links;
     EXPECT_EQ(f.error().code, ErrorCode::kPermission) << f.error().message;
     EXPECT_NE(f.error().message.find("b"), std::string::npos) << f.error().message;
@@ -838,7 +899,7 @@ TEST(PosixActAsTest, TheClientLinksAndCopiesItsOwnFiles) {
     auto d = fs.value()->openDirectory("", {});
     ASSERT_TRUE(d.has_value()) << d.error().message;
     const char* name = hard_links ? "link" : "copy";
-    auto f = d.value()->linkFile("a", name, 0440);
+    auto f = linkOrCopy(*d.value(), "a", name, 0440);
     ASSERT_TRUE(f.has_value()) << f.error().message;
     ASSERT_TRUE(f.value()->commit());
     struct stat st = statOf(root + "/" + name);
@@ -852,7 +913,7 @@ TEST(PosixActAsTest, TheClientLinksAndCopiesItsOwnFiles) {
 }
 
 // fs.protected_hardlinks: another user's file may be linked only by someone who may read and
-// write it. linkat's EPERM then makes a copy, which needs only the right to read it.
+// write it. linkat's EPERM is kUnsupported; a copy needs only the right to read it.
 TEST(PosixActAsTest, AnotherUsersFileIsCopiedWhereTheKernelForbidsALink) {
   SKIP_UNLESS_ROOT();
   if (testing::readFile("/proc/sys/fs/protected_hardlinks") != "1\n") {
@@ -867,7 +928,10 @@ TEST(PosixActAsTest, AnotherUsersFileIsCopiedWhereTheKernelForbidsALink) {
   ASSERT_TRUE(fs.has_value()) << fs.error().message;
   auto d = fs.value()->openDirectory("", {});
   ASSERT_TRUE(d.has_value()) << d.error().message;
-  auto copy = d.value()->linkFile("readable", "mine", 0600);
+  auto link = d.value()->linkFile("readable", "mine");
+  ASSERT_FALSE(link.has_value());
+  EXPECT_EQ(link.error().code, ErrorCode::kUnsupported) << link.error().message;
+  auto copy = d.value()->copyFile("readable", "mine", 0600);
   ASSERT_TRUE(copy.has_value()) << copy.error().message;
   EXPECT_EQ(copy.value()->bytesWritten(), 6u);
   ASSERT_TRUE(copy.value()->commit());
@@ -876,7 +940,7 @@ TEST(PosixActAsTest, AnotherUsersFileIsCopiedWhereTheKernelForbidsALink) {
   EXPECT_EQ(st.st_nlink, 1u);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
   EXPECT_EQ(testing::readFile(shared + "/mine"), "theirs");
-  auto refused = d.value()->linkFile("private", "stolen", 0600);
+  auto refused = linkOrCopy(*d.value(), "private", "stolen", 0600);
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, ErrorCode::kPermission) << refused.error().message;
   EXPECT_NE(refused.error().message.find("private"), std::string::npos);
@@ -896,7 +960,10 @@ TEST(PosixActAsTest, AnotherUsersFileInAStickyDirectoryIsCopiedNotLinked) {
   ASSERT_TRUE(fs.has_value()) << fs.error().message;
   auto d = fs.value()->openDirectory("", {});
   ASSERT_TRUE(d.has_value()) << d.error().message;
-  auto f = d.value()->linkFile("f", "mine", 0600);
+  auto link = d.value()->linkFile("f", "mine");
+  ASSERT_FALSE(link.has_value());
+  EXPECT_EQ(link.error().code, ErrorCode::kUnsupported) << link.error().message;
+  auto f = d.value()->copyFile("f", "mine", 0600);
   ASSERT_TRUE(f.has_value()) << f.error().message;
   EXPECT_EQ(f.value()->bytesWritten(), 6u);
   ASSERT_TRUE(f.value()->commit());
@@ -1134,19 +1201,19 @@ TEST(MemoryFileSystemTest, CapacityGivesNoSpaceNamingTheFile) {
   EXPECT_EQ(fs.readFile("d/c.csv"), "12345");
 }
 
-TEST(MemoryFileSystemTest, ALinkIsACopyThatCountsAgainstTheCapacity) {
+TEST(MemoryFileSystemTest, ACopyCountsAgainstTheCapacity) {
   MemoryFileSystem fs;
   fs.setCapacity(10);
   auto d = fs.openDirectory("d", {.create = true});
   commitFile(*d.value(), "a", "123456");
-  auto full = d.value()->linkFile("a", "b", 0400);
+  auto full = d.value()->copyFile("a", "b", 0400);
   ASSERT_FALSE(full.has_value());
   EXPECT_EQ(full.error().code, ErrorCode::kNoSpace);
   EXPECT_NE(full.error().message.find("d/b"), std::string::npos) << full.error().message;
   EXPECT_EQ(fs.usedBytes(), 6u);
   EXPECT_FALSE(fs.exists("d/b"));
   fs.setCapacity(20);
-  auto f = d.value()->linkFile("a", "b", 0400);
+  auto f = d.value()->copyFile("a", "b", 0400);
   ASSERT_TRUE(f.has_value()) << f.error().message;
   EXPECT_EQ(f.value()->bytesWritten(), 6u);
   EXPECT_EQ(fs.usedBytes(), 12u);
@@ -1154,11 +1221,11 @@ TEST(MemoryFileSystemTest, ALinkIsACopyThatCountsAgainstTheCapacity) {
   EXPECT_EQ(fs.usedBytes(), 6u);
 }
 
-TEST(MemoryFileSystemTest, ALinkIsDurableLikeANewFile) {
+TEST(MemoryFileSystemTest, ACopyIsDurableLikeANewFile) {
   MemoryFileSystem fs;
   auto d = fs.openDirectory("d", {.create = true, .sync_created = true});
   auto link = [&](const char* name, bool sync_file) {
-    auto f = d.value()->linkFile("a", name, 0400);
+    auto f = d.value()->copyFile("a", name, 0400);
     ASSERT_TRUE(f.has_value()) << f.error().message;
     if (sync_file) {
       ASSERT_TRUE(f.value()->sync());
@@ -1218,13 +1285,15 @@ TEST(FaultInjectionTest, AFailedCommitLeavesNoTemporaryFile) {
 TEST(FaultInjectionTest, EveryKindCanBeFailedWithEachCode) {
   const std::pair<ErrorCode, const char*> codes[] = {{ErrorCode::kNoSpace, "No space"},
                                                      {ErrorCode::kIo, "Input/output"},
-                                                     {ErrorCode::kPermission, "Permission denied"}};
+                                                     {ErrorCode::kPermission, "Permission denied"},
+                                                     {ErrorCode::kUnsupported, "Too many links"}};
   for (auto [code, text] : codes) {
     auto base = std::make_shared<MemoryFileSystem>();
     FaultInjectingFileSystem fs(base);
     fs.failEvery(FsOp::kAppend, code);
     fs.failEvery(FsOp::kFreeBytes, code);
     fs.failEvery(FsOp::kLink, code);
+    fs.failEvery(FsOp::kCopy, code);
     auto d = fs.openDirectory("d", {.create = true});
     auto a = d.value()->openAppend("m.csv");
     auto s = a.value()->append("x");
@@ -1232,34 +1301,40 @@ TEST(FaultInjectionTest, EveryKindCanBeFailedWithEachCode) {
     EXPECT_EQ(s.error().code, code);
     EXPECT_NE(s.error().message.find(text), std::string::npos) << s.error().message;
     EXPECT_FALSE(fs.freeBytes().has_value());
-    auto l = d.value()->linkFile("m.csv", "n.csv", 0644);
+    auto l = d.value()->linkFile("m.csv", "n.csv");
     ASSERT_FALSE(l.has_value());
     EXPECT_EQ(l.error().code, code);
     EXPECT_NE(l.error().message.find("link d/n.csv: " + std::string(text)), std::string::npos)
         << l.error().message;
+    auto c = d.value()->copyFile("m.csv", "n.csv", 0644);
+    ASSERT_FALSE(c.has_value());
+    EXPECT_EQ(c.error().code, code);
+    EXPECT_NE(c.error().message.find("copy d/n.csv: " + std::string(text)), std::string::npos)
+        << c.error().message;
     EXPECT_FALSE(base->exists("d/n.csv"));
   }
 }
 
-TEST(FaultInjectionTest, ALinkIsCountedAsLinkAndItsCommitAsCommit) {
+TEST(FaultInjectionTest, ALinkAndACopyAreCountedAsSuchAndTheirCommitAsCommit) {
   auto base = std::make_shared<MemoryFileSystem>();
   FaultInjectingFileSystem fs(base);
   auto d = fs.openDirectory("d", {.create = true});  // call 0
   commitFile(*d.value(), "a", "data");               // calls 1-3
   fs.failCall(4, ErrorCode::kIo);
-  auto failed = d.value()->linkFile("a", "b", 0400);  // call 4: fails
+  auto failed = d.value()->linkFile("a", "b");  // call 4: fails
   ASSERT_FALSE(failed.has_value());
   EXPECT_EQ(failed.error().code, ErrorCode::kIo);
   EXPECT_NE(failed.error().message.find("d/b"), std::string::npos);
   EXPECT_NE(failed.error().message.find("(injected)"), std::string::npos);
   EXPECT_EQ(fs.calls(FsOp::kLink), 1u);
   fs.failEvery(FsOp::kCommit, ErrorCode::kNoSpace);
-  auto f = d.value()->linkFile("a", "b", 0400);  // call 5
+  auto f = d.value()->copyFile("a", "b", 0400);  // call 5
   ASSERT_TRUE(f.has_value()) << f.error().message;
   auto s = f.value()->commit();  // call 6: fails, and takes the temporary file away
   ASSERT_FALSE(s.has_value());
   EXPECT_EQ(s.error().code, ErrorCode::kNoSpace);
-  EXPECT_EQ(fs.calls(FsOp::kLink), 2u);
+  EXPECT_EQ(fs.calls(FsOp::kLink), 1u);
+  EXPECT_EQ(fs.calls(FsOp::kCopy), 1u);
   EXPECT_EQ(fs.calls(FsOp::kCommit), 2u);
   EXPECT_EQ(fs.calls(), 7u);
   std::vector<std::string> files;
@@ -1268,7 +1343,7 @@ TEST(FaultInjectionTest, ALinkIsCountedAsLinkAndItsCommitAsCommit) {
   }
   EXPECT_EQ(files, std::vector<std::string>{"d/a"});
   fs.clearFaults();
-  auto g = d.value()->linkFile("a", "b", 0400);
+  auto g = d.value()->copyFile("a", "b", 0400);
   ASSERT_TRUE(g.has_value());
   ASSERT_TRUE(g.value()->commit());
   EXPECT_EQ(base->readFile("d/b"), "data");

@@ -372,6 +372,22 @@ TEST_F(JobWriterTest, OverflowModeDecidesFromDeviceStatistics) {
   EXPECT_NE(csv.find("Default/Over-op1"), std::string::npos);
 }
 
+// Forged counts whose sum wraps to 0 (2^63 + 2^63) still say the output overflowed.
+TEST_F(JobWriterTest, OverflowFromDeviceStatisticsLooksAtEachCountNotTheirSum) {
+  config::DumpPlan plan = makePlan(config::SavedData::kStatistic);
+  plan.op_debug_mode = 3;
+  auto w = make(plan);
+  SummedOp forged{overflowOp(false, false, "Default/Forged-op0"), {}, {}};
+  forged.sums = {sumsOf({1, 2}), sumsOf({3, 4})};
+  forged.sums[1].nan = uint64_t{1} << 63;
+  forged.sums[1].negative_inf = uint64_t{1} << 63;
+  ASSERT_EQ(forged.sums[1].nan + forged.sums[1].negative_inf + forged.sums[1].positive_inf, 0u);
+  auto r = w->writeOp(forged.record());
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  EXPECT_EQ(r.value().tensors_written, 2u);
+  EXPECT_NE(read("rank_0/Net/0/0/statistic.csv").find("Forged-op0"), std::string::npos);
+}
+
 TEST_F(JobWriterTest, OverflowNumberStopsAfterNOps) {
   config::DumpPlan plan = makePlan(config::SavedData::kTensor);
   plan.op_debug_mode = 3;
