@@ -45,26 +45,6 @@ storage::StatSums sumsFromWire(const ipc::StatsPayload& p) {
   return s;
 }
 
-// What makes a StatsPayload of a tensor of `elements` corrupt (empty: nothing). The ring
-// format says: count is the element count, every category counts some of those elements,
-// reserved is zero.
-std::string statsPayloadProblem(const ipc::StatsPayload& p, uint64_t elements) {
-  if (p.count != elements) {
-    return "counts " + std::to_string(p.count) + " elements of " + std::to_string(elements);
-  }
-  const std::pair<const char*, uint64_t> categories[] = {
-      {"nan", p.nan},   {"negative_inf", p.negative_inf}, {"positive_inf", p.positive_inf},
-      {"zero", p.zero}, {"negative", p.negative},         {"positive", p.positive}};
-  for (const auto& [name, n] : categories) {
-    if (n > elements) {
-      return "counts " + std::to_string(n) + " " + name + " elements of " +
-             std::to_string(elements);
-    }
-  }
-  if (p.reserved != 0) return "has a non-zero reserved field";
-  return {};
-}
-
 // A client-written counter, capped so that summing it into daemon-wide totals cannot wrap.
 constexpr uint64_t kMaxClientCount = uint64_t{1} << 48;
 
@@ -180,21 +160,23 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
                   std::string(op.opName()) + " has " + std::to_string(t.data_bytes) +
                   " bytes, which does not match its shape and dtype");
     }
-    // Copied once out of shared memory: the client may change it meanwhile.
+    // Payloads are copied once out of shared memory and that copy is checked and used: the
+    // client may change the ring meanwhile.
     ipc::StatsPayload stats{};
     if (sums) {
       std::memcpy(&stats, t.data, sizeof stats);
-      if (std::string why = statsPayloadProblem(stats, *elements); !why.empty()) {
+      if (std::string why = ipc::statsPayloadProblem(stats, *elements); !why.empty()) {
         return fail("record " + std::to_string(r.sequence) + ": the device statistics of a " +
-                    "tensor of " + std::string(op.opName()) + " are corrupt: it " + why);
+                    "tensor of " + std::string(op.opName()) + " are corrupt: the payload " + why);
       }
     }
+    ipc::SamePayload same{};
     if (repeat) {
-      ipc::SamePayload same;
       std::memcpy(&same, t.data, sizeof same);
       if (same.reserved != 0) {
         return fail("record " + std::to_string(r.sequence) + ": a repeated tensor of " +
-                    std::string(op.opName()) + " has a non-zero reserved field");
+                    std::string(op.opName()) + " is corrupt: its payload has a non-zero " +
+                    "reserved field");
       }
     }
     const auto io = static_cast<Io>(t.io);
@@ -210,7 +192,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     v.format = op.format(t);
     v.timestamp_us = t.timestamp_us;
     if (repeat) {
-      std::shared_ptr<storage::TensorMemo> source = repeatedTensor(r.sequence, op, t);
+      std::shared_ptr<storage::TensorMemo> source = repeatedTensor(r.sequence, op, t, same);
       if (source == nullptr) continue;  // counted as failed, with a warning
       v.same_as = source.get();
       task->memos.push_back(std::move(source));
@@ -272,9 +254,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
   return true;
 }
 
-uint64_t RingDrain::sameKey(const ipc::DecodedTensor& t) {
-  ipc::SamePayload same;
-  std::memcpy(&same, t.data, sizeof same);
+uint64_t RingDrain::sameKey(const ipc::SamePayload& same) {
   if (same.tensor >= ipc::kMaxTensorsPerRecord ||
       same.sequence >= UINT64_MAX / ipc::kMaxTensorsPerRecord) {
     return 0;  // memoKey would wrap; no such record exists
@@ -284,8 +264,9 @@ uint64_t RingDrain::sameKey(const ipc::DecodedTensor& t) {
 
 std::shared_ptr<storage::TensorMemo> RingDrain::repeatedTensor(uint64_t sequence,
                                                                const ipc::DecodedOp& op,
-                                                               const ipc::DecodedTensor& t) {
-  auto it = memos_.find(sameKey(t));
+                                                               const ipc::DecodedTensor& t,
+                                                               const ipc::SamePayload& same) {
+  auto it = memos_.find(sameKey(same));
   std::shared_ptr<storage::TensorMemo> m = it == memos_.end() ? nullptr : it->second;
   const auto shape = op.shape(t);
   if (m != nullptr && m->graphId() == op.graph_id && m->iteration() == op.iteration &&

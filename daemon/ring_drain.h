@@ -88,9 +88,11 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool fail(std::string message);
   // Dump once: the memo a PayloadKind::kSame tensor names (key 0 when malformed), and the
   // checked memo of the tensor `t` repeats (null: counted as failed, with a warning).
-  static uint64_t sameKey(const ipc::DecodedTensor& t);
+  static uint64_t sameKey(const ipc::SamePayload& same);
+  // `same`: t's payload, as copied out of the ring once.
   std::shared_ptr<storage::TensorMemo> repeatedTensor(uint64_t sequence, const ipc::DecodedOp& op,
-                                                      const ipc::DecodedTensor& t);
+                                                      const ipc::DecodedTensor& t,
+                                                      const ipc::SamePayload& same);
   // Dropped tensors reported by the client since the last manifest line (never negative).
   uint64_t takeClientDropped();
 

@@ -185,4 +185,20 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
   return {};
 }
 
+std::string statsPayloadProblem(const StatsPayload& p, uint64_t elements) {
+  if (p.count != elements) {
+    return "counts " + std::to_string(p.count) + " elements of " + std::to_string(elements);
+  }
+  const std::pair<const char*, uint64_t> categories[] = {
+      {"nan", p.nan},   {"negative_inf", p.negative_inf}, {"positive_inf", p.positive_inf},
+      {"zero", p.zero}, {"negative", p.negative},         {"positive", p.positive}};
+  for (const auto& [name, n] : categories) {
+    if (n > elements) {
+      return "counts " + std::to_string(n) + " " + name + " elements of " +
+             std::to_string(elements);
+    }
+  }
+  return p.reserved != 0 ? "has a non-zero reserved field" : std::string();
+}
+
 }  // namespace dumpd::ipc

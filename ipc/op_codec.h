@@ -95,4 +95,9 @@ struct DecodedOp {
 // offsets, limits) is an error describing it; nothing is read outside [body, body+bytes).
 Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out);
 
+// What makes a StatsPayload of a tensor of `elements` elements corrupt (empty: nothing): it
+// counts exactly the tensor's elements, no category more than that, and its reserved field is
+// zero. Check a copy taken out of the ring, and use that copy: the client may change the ring.
+std::string statsPayloadProblem(const StatsPayload& p, uint64_t elements);
+
 }  // namespace dumpd::ipc

@@ -28,6 +28,8 @@ constexpr uint32_t kTensorFileMode = 0400;  // as MindSpore leaves its tensor fi
 constexpr uint32_t kOtherFileMode = 0400;
 // With a free-space watermark, statvfs is asked again after at most this many payload bytes.
 constexpr uint64_t kFreeSpaceRecheckBytes = uint64_t{64} << 20;
+// Links a repeat tries before it gives up (each refusal normally ends in a new first file).
+constexpr int kMaxLinkTries = 8;
 
 uint64_t nowMicros() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -787,9 +789,15 @@ struct JobWriter::Impl {
     const std::string_view ext = lz4 ? ".npy.lz4" : ".npy";
     auto nothing = [](WritableFile&) { return Status{}; };
     std::string* final_name = memo != nullptr ? &memo->file : nullptr;
-    const LinkSource source =
-        t.same_as->claimLink(std::max<uint32_t>(options.max_links_per_file, 1));
-    if (source.claimed) {
+    const uint32_t max_links = std::max<uint32_t>(options.max_links_per_file, 1);
+    LinkSource source = t.same_as->claimLink(max_links);
+    // Each refused link either makes this call the writer of the new first file or finds one
+    // another call wrote meanwhile; the bound only stops a file system that refuses them all.
+    for (int tries = 0; source.claimed; ++tries) {
+      if (tries == kMaxLinkTries) {
+        return makeError(ErrorCode::kIo, "link " + ds.path + "/" + source.file + ": refused " +
+                                             std::to_string(tries) + " times");
+      }
       auto linked = publish(lease, s.name, ext, lz4, kTensorFileMode, tensorSync(), nothing,
                             {FileSource::kLink, source.file}, final_name);
       if (linked) {
@@ -800,7 +808,15 @@ struct JobWriter::Impl {
         return true;
       }
       if (linked.error().code != ErrorCode::kUnsupported) return linked.error();
+      source = t.same_as->linkRefused(source.file, max_links);
     }
+    // This call writes the new first file; the other repeats wait until it is done.
+    struct Rebasing {
+      TensorMemo* memo;
+      ~Rebasing() {
+        if (memo != nullptr) memo->abandonRebase();
+      }
+    } rebasing{t.same_as};
     Result<bool> admitted = admitPayload(source.bytes);
     if (!admitted || !admitted.value()) return admitted;
     std::string copy_name;
@@ -811,6 +827,7 @@ struct JobWriter::Impl {
       return copied.error();
     }
     releasePayload(source.bytes, copied.value());
+    rebasing.memo = nullptr;
     t.same_as->rebase(copy_name, copied.value());
     countPayload(ds, outcome, copied.value());
     ++outcome.tensors_linked;

@@ -45,9 +45,11 @@ struct MemoResult {
 
 // What a repeat links to (TensorMemo::claimLink).
 struct LinkSource {
-  std::string file;      // in the published directory (MemoResult::dir)
-  uint64_t bytes = 0;    // its size
-  bool claimed = false;  // false: `file` has max_links links already; write a new first file
+  std::string file;    // in the published directory (MemoResult::dir)
+  uint64_t bytes = 0;  // its size
+  // true: a link to `file` is claimed. false: the caller writes the new first file (a copy of
+  // `file`) and must end with rebase() or abandonRebase(); other claims wait until then.
+  bool claimed = false;
 };
 
 class TensorMemo {
@@ -63,10 +65,16 @@ class TensorMemo {
   bool published() const;
 
   // REQUIRES: published (wait() returned) with a file. Claims one of the `max_links` link
-  // slots of the current link source (the published file until rebase()).
+  // slots of the current link source (the published file until rebase()); when they are used
+  // up, the caller is the one that writes the new first file. Waits while another does.
   LinkSource claimLink(uint32_t max_links);
-  // A repeat wrote `file` (`bytes`), a copy of the link source: later repeats link to it.
+  // The file system refused the link to `file` (EMLINK, EPERM, ...): the caller writes the new
+  // first file, unless another caller has replaced `file` meanwhile (then: a claim on that).
+  LinkSource linkRefused(const std::string& file, uint32_t max_links);
+  // The caller that writes the new first file wrote `file` (`bytes`): later repeats link to it.
   void rebase(std::string file, uint64_t bytes);
+  // ... or did not (dropped, failed): the next claim past the limit tries again.
+  void abandonRebase();
 
   uint32_t graphId() const { return graph_id_; }
   uint32_t iteration() const { return iteration_; }
@@ -85,7 +93,8 @@ class TensorMemo {
   // The link source (guarded by mu_): empty until the first claimLink() takes result_'s.
   std::string link_file_;
   uint64_t link_bytes_ = 0;
-  uint32_t links_ = 0;  // links claimed to link_file_
+  uint32_t links_ = 0;     // links claimed to link_file_
+  bool rebasing_ = false;  // a caller is writing the new first file
 };
 
 }  // namespace dumpd::storage

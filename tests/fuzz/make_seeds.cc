@@ -204,14 +204,20 @@ class RingWriter {
  public:
   RingWriter() : ring_(make()) {}
 
-  void op(const ipc::OpSpec& spec) {
+  // Payload i is `payloads[i]` where given (its size must be data_bytes), else a pattern.
+  void op(const ipc::OpSpec& spec, const std::vector<std::string>& payloads = {}) {
     if (Status s = ipc::checkOpSpec(spec); !s) die(s.error().message);
     std::byte* body = reserve(ipc::RecordKind::kOp, ipc::opBodyBytes(spec));
-    std::vector<std::byte*> payloads(spec.tensors.size());
-    ipc::writeOpDescriptors(body, spec, payloads);
+    std::vector<std::byte*> at(spec.tensors.size());
+    ipc::writeOpDescriptors(body, spec, at);
     for (size_t i = 0; i < spec.tensors.size(); ++i) {
+      if (i < payloads.size()) {
+        if (payloads[i].size() != spec.tensors[i].data_bytes) die("seed payload size");
+        std::memcpy(at[i], payloads[i].data(), payloads[i].size());
+        continue;
+      }
       for (uint64_t k = 0; k < spec.tensors[i].data_bytes; ++k) {
-        payloads[i][k] = static_cast<std::byte>(i * 31 + k);
+        at[i][k] = static_cast<std::byte>(i * 31 + k);
       }
     }
     ring_.commit();
@@ -285,6 +291,63 @@ struct OpBuilder {
   }
 };
 
+template <typename T>
+std::string bytesOf(const T& v) {
+  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// Device statistics of the values 1..4 (a 4-element float32 tensor), then `forge` applied.
+std::string statsOf1to4(void (*forge)(ipc::StatsPayload&) = nullptr) {
+  ipc::StatsPayload p{};
+  p.count = 4;
+  p.positive = 4;
+  p.max = 4;
+  p.min = 1;
+  p.sum = 10;
+  p.sum_squares = 30;
+  if (forge != nullptr) forge(p);
+  return bytesOf(p);
+}
+
+// A flagged float32 tensor, then records that repeat it (their SamePayload's reserved set to
+// `reserved`), and device statistics seeds: well formed and forged.
+void payloadKindSeeds(const fs::path& out) {
+  {
+    RingWriter w;
+    OpBuilder first("First", "Default/First-op0");
+    first.tensor(1, DType::kFloat32, {4});
+    first.tensors[0].memo = true;
+    first.spec.tensors = first.tensors;
+    w.op(first.spec);
+    for (uint32_t reserved : {0u, 0u, 7u}) {
+      OpBuilder b("Repeat", "Default/Repeat-op1");
+      b.tensor(0, DType::kFloat32, {4});
+      b.tensors[0].payload = ipc::PayloadKind::kSame;
+      b.tensors[0].data_bytes = sizeof(ipc::SamePayload);
+      b.spec.tensors = b.tensors;
+      w.op(b.spec, {bytesOf(ipc::SamePayload{1, 0, reserved})});
+    }
+    writeSeed(out, "same_references_last_reserved", w.seed(w.head(), w.head()));
+  }
+  const std::pair<const char*, void (*)(ipc::StatsPayload&)> stats[] = {
+      {"statistics_valid", nullptr},
+      {"statistics_counts_wrap",
+       [](ipc::StatsPayload& p) { p.nan = p.negative_inf = uint64_t{1} << 63; }},
+      {"statistics_count_over", [](ipc::StatsPayload& p) { p.positive = 5; }},
+      {"statistics_reserved", [](ipc::StatsPayload& p) { p.reserved = 1; }},
+  };
+  for (const auto& [name, forge] : stats) {
+    RingWriter w;
+    OpBuilder b("Stats", "Default/Stats-op0");
+    b.tensor(1, DType::kFloat32, {4});
+    b.tensors[0].payload = ipc::PayloadKind::kStatistics;
+    b.tensors[0].data_bytes = sizeof(ipc::StatsPayload);
+    b.spec.tensors = b.tensors;
+    w.op(b.spec, {statsOf1to4(forge)});
+    writeSeed(out, name, w.seed(w.head(), w.head()));
+  }
+}
+
 v1::Control stepControl(uint32_t graph, uint32_t iteration) {
   v1::Control c;
   c.mutable_step()->set_graph_id(graph);
@@ -302,6 +365,7 @@ void ringSeeds(const fs::path& out) {
   };
 
   writeSeed(out, "empty_ring", le(0, 8));
+  payloadKindSeeds(out);
   {
     RingWriter w;
     OpBuilder b = conv();

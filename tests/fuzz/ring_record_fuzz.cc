@@ -102,10 +102,20 @@ void readOp(const RingConsumer::Record& r) {
     FUZZ_CHECK(t.data >= copy.data() && t.data <= end &&
                t.data_bytes <= static_cast<uint64_t>(end - t.data));
     touchEnds(t.data, t.data_bytes);
-    // The daemon's size check (Session::handleOp) on top of the decoder's.
+    // The daemon's size check (RingDrain::handleOp) on top of the decoder's, and its check
+    // of device statistics: a payload it accepts counts no category beyond the elements.
     if (dtypeValid(t.dtype)) {
       const auto elements = elementCount(shape);
       if (elements) (void)sourceBytes(static_cast<DType>(t.dtype), *elements);
+      if (elements && t.payload == PayloadKind::kStatistics) {
+        StatsPayload p;
+        std::memcpy(&p, t.data, sizeof p);
+        const std::string why = statsPayloadProblem(p, *elements);
+        const bool counts_fit = p.count == *elements && p.nan <= p.count &&
+                                p.negative_inf <= p.count && p.positive_inf <= p.count &&
+                                p.zero <= p.count && p.negative <= p.count && p.positive <= p.count;
+        FUZZ_CHECK(why.empty() == (counts_fit && p.reserved == 0));
+      }
     }
   }
 }

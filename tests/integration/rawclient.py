@@ -44,6 +44,11 @@ PAGE = 4096
 
 KIND_PAD, KIND_OP, KIND_CONTROL = 1, 2, 3
 DTYPE_FLOAT32 = 10  # base/dtype.h wire value
+# A tensor descriptor's io byte (ipc/ring_format.h): the memo bit, the payload kind << 4.
+MEMO_BIT = 0x02
+PAYLOAD_STATISTICS, PAYLOAD_SAME = 1 << 4, 2 << 4
+STATS_PAYLOAD = struct.Struct("<7Q4dQ")  # ipc::StatsPayload
+SAME_PAYLOAD = struct.Struct("<QII")  # ipc::SamePayload
 
 # RingControl offsets (static_asserts in ring_format.h) and widths.
 CONTROL_WORDS = {
@@ -602,9 +607,67 @@ def agent_sessions(a):
     return 0
 
 
+def agent_repeats(a):
+    """One flagged tensor of `elements` float32, then `count` records that each repeat it
+    (PayloadKind::kSame; --forge same-reserved sets their reserved field); one line with the
+    flush counts, or with dumpd's refusal; the session is held until stdin closes."""
+    import numpy as np
+    stop = _stdin_closed_event()
+    s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
+                   rank=a.rank)
+    y = np.arange(a.elements, dtype=np.float32)
+    first = s.ring.commit_op(0, 0, "Default/First-op0", y, op_type="First", io=1 | MEMO_BIT)
+    same = SAME_PAYLOAD.pack(first, 0, 1 if a.forge == "same-reserved" else 0)
+    try:
+        for i in range(a.count):
+            s.ring.commit_op(0, 0, f"Default/Repeat-op{i + 1}", same, op_type="Repeat",
+                             io=0 | PAYLOAD_SAME, shape=y.shape)
+        c = s.flush(timeout=120).counts
+        emit(event="flushed", written=c.tensors_written, dropped=c.tensors_dropped,
+             linked=c.tensors_linked, failed=c.tensors_failed)
+    except SessionRefused as e:
+        emit(event="refused", code=e.code, message=e.message)
+    except RingClosing:
+        emit(event="refused", code="closing", message="dumpd closed the ring")
+    except (BrokenPipeError, ConnectionResetError) as e:
+        emit(event="refused", code="closed", message=f"dumpd closed the session ({e})")
+    stop.wait()  # the session stays for `dumpctl status` until stdin closes
+    s.close()
+    return 0
+
+
+def agent_stats(a):
+    """One op whose 4-element float32 output is sent as device statistics
+    (PayloadKind::kStatistics) of the values 1..4, forged as --forge says: "wrap" (nan and
+    negative_inf of 2^63: their sum wraps to 0), "over" (more positive elements than
+    elements), "reserved" (a non-zero reserved field), "none". One line as agent_repeats."""
+    s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
+                   rank=a.rank)
+    counts = {"count": 4, "nan": 0, "negative_inf": 0, "positive_inf": 0, "zero": 0,
+              "negative": 0, "positive": 4, "reserved": 0}
+    counts.update({"wrap": {"nan": 1 << 63, "negative_inf": 1 << 63}, "over": {"positive": 5},
+                   "reserved": {"reserved": 1}}.get(a.forge, {}))
+    payload = STATS_PAYLOAD.pack(counts["count"], counts["nan"], counts["negative_inf"],
+                                 counts["positive_inf"], counts["zero"], counts["negative"],
+                                 counts["positive"], 4.0, 1.0, 10.0, 30.0, counts["reserved"])
+    try:
+        s.ring.commit_op(0, 0, "Default/Stats-op0", payload, op_type="Stats",
+                         io=1 | PAYLOAD_STATISTICS, shape=(4,))
+        c = s.flush(timeout=30).counts
+        emit(event="flushed", written=c.tensors_written, dropped=c.tensors_dropped,
+             linked=c.tensors_linked, failed=c.tensors_failed)
+    except SessionRefused as e:
+        emit(event="refused", code=e.code, message=e.message)
+    except (BrokenPipeError, ConnectionResetError) as e:
+        emit(event="refused", code="closed", message=f"dumpd closed the session ({e})")
+    s.close()
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["benign", "tightloop", "connections", "sessions"])
+    p.add_argument("command", choices=["benign", "tightloop", "connections", "sessions",
+                                        "repeats", "stats"])
     p.add_argument("--socket", required=True)
     p.add_argument("--config")
     p.add_argument("--uid", type=int)
@@ -620,11 +683,13 @@ def main(argv=None):
     p.add_argument("--announce-after", type=int, default=500)
     p.add_argument("--exit-on-error", action="store_true")
     p.add_argument("--hold-after-error", action="store_true")
+    p.add_argument("--forge", default="none")
     a = p.parse_args(argv)
     if a.uid is not None:
         become(a.uid, a.gid if a.gid is not None else a.uid)
     return {"benign": agent_benign, "tightloop": agent_tightloop,
-            "connections": agent_connections, "sessions": agent_sessions}[a.command](a)
+            "connections": agent_connections, "sessions": agent_sessions,
+            "repeats": agent_repeats, "stats": agent_stats}[a.command](a)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,30 @@ TEST(OpCodec, StatisticsPayloadsRoundTripTheirKindAndAreExactlyOneStatsPayload) 
   EXPECT_NE(s.error().message.find("statistics payload"), std::string::npos) << s.error().message;
 }
 
+TEST(OpCodec, AStatisticsPayloadCountsExactlyTheTensorsElementsAndHasNoReservedBits) {
+  StatsPayload p{};
+  p.count = 6;
+  p.nan = 1;
+  p.negative_inf = 1;
+  p.negative = 3;
+  p.positive = 2;
+  p.zero = 1;
+  EXPECT_EQ(statsPayloadProblem(p, 6), "");
+  EXPECT_EQ(statsPayloadProblem(p, 7), "counts 6 elements of 7");
+  StatsPayload wrap = p;
+  wrap.nan = wrap.negative_inf = uint64_t{1} << 63;  // nan + negative_inf wraps to 0
+  EXPECT_EQ(statsPayloadProblem(wrap, 6), "counts 9223372036854775808 nan elements of 6");
+  for (uint64_t StatsPayload::*field : {&StatsPayload::positive_inf, &StatsPayload::zero,
+                                        &StatsPayload::negative, &StatsPayload::positive}) {
+    StatsPayload over = p;
+    over.*field = 7;
+    EXPECT_NE(statsPayloadProblem(over, 6).find("counts 7 "), std::string::npos);
+  }
+  StatsPayload reserved = p;
+  reserved.reserved = 1;
+  EXPECT_EQ(statsPayloadProblem(reserved, 6), "has a non-zero reserved field");
+}
+
 TEST(OpCodec, SameAsReferencesAndMemoFlagsRoundTrip) {
   const int64_t shape[] = {8, 2};
   TensorSpec t[3];
