@@ -13,9 +13,9 @@
 #include "config/dump_plan.h"
 #include "config/filter.h"
 #include "ipc/shm_ring.h"
-#include "storage/file_system.h"
-#include "storage/job_writer.h"
-#include "storage/statistics.h"
+#include "storage/format/statistics.h"
+#include "storage/fs/file_system.h"
+#include "storage/writer/job_writer.h"
 
 namespace {
 

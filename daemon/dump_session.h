@@ -30,7 +30,7 @@
 #include "daemon/session_setup.h"
 #include "ipc/asio.h"
 #include "proto/dumpd.pb.h"
-#include "storage/writer_pool.h"
+#include "storage/writer/writer_pool.h"
 
 namespace dumpd::daemon {
 

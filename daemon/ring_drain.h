@@ -23,9 +23,9 @@
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
-#include "storage/job_writer.h"
-#include "storage/tensor_memo.h"
-#include "storage/writer_pool.h"
+#include "storage/writer/job_writer.h"
+#include "storage/writer/tensor_memo.h"
+#include "storage/writer/writer_pool.h"
 
 namespace dumpd::daemon {
 

@@ -19,7 +19,7 @@
 #include "daemon/dump_session.h"
 #include "ipc/asio.h"
 #include "proto/dumpd.pb.h"
-#include "storage/writer_pool.h"
+#include "storage/writer/writer_pool.h"
 
 namespace dumpd::daemon {
 

@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "storage/credentials.h"
-#include "storage/file_system.h"
+#include "storage/fs/credentials.h"
+#include "storage/fs/file_system.h"
 
 namespace dumpd::daemon {
 

@@ -21,7 +21,7 @@
 #include "config/filter.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
-#include "storage/job_writer.h"
+#include "storage/writer/job_writer.h"
 
 namespace dumpd::daemon {
 

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "base/element_count.h"
-#include "storage/names.h"
-#include "storage/npy.h"
+#include "storage/format/names.h"
+#include "storage/format/npy.h"
 #include "tools/mapped_file.h"
 
 namespace dumpd::tools {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "base/result.h"
-#include "storage/bin_file.h"
-#include "storage/file_system.h"
+#include "storage/format/bin_file.h"
+#include "storage/fs/file_system.h"
 
 namespace dumpd::tools {
 

@@ -21,22 +21,14 @@
 #include <vector>
 
 #include "base/result.h"
+#include "storage/format/csv.h"
 #include "tools/compare_result.h"
 
 namespace dumpd::tools {
 
-struct CsvRecord {
-  size_t line = 0;  // 1-based line the record starts on
-  std::vector<std::string> fields;
-};
-
-// RFC 4180: fields separated by ',', a field in double quotes may hold ',', '""' and line
-// breaks; records end at LF or CRLF; blank lines give no record. kInvalidArgument naming the
-// line when a quoted field is not closed or text follows its closing quote.
-Result<std::vector<CsvRecord>> parseCsv(std::string_view text, const std::string& name);
-
-// Appends `field`, quoted when it holds ',', '"', CR or LF.
-void appendCsvField(std::string& out, std::string_view field);
+using storage::appendCsvField;
+using storage::CsvRecord;
+using storage::parseCsv;
 
 // The --map file: one "left name,right name" per line, an optional first line "left,right";
 // names are sanitised (storage/names.h). Errors (kNotFound / kIo / kInvalidArgument) name the

@@ -17,8 +17,9 @@
 #include <unordered_map>
 
 #include "base/element_count.h"
-#include "storage/bin_file.h"
-#include "storage/names.h"
+#include "storage/format/bin_file.h"
+#include "storage/format/names.h"
+#include "storage/format/statistic_csv.h"
 #include "tools/compare_csv.h"
 #include "tools/mapped_file.h"
 
@@ -34,95 +35,8 @@ struct DirInfo {
   std::vector<TensorEntry> entries;  // filled by the scan
 };
 
-// A tensor file's name, parsed.
-struct FileName {
-  TensorFileKind kind = TensorFileKind::kNone;
-  std::string op_type, op_name, dtype;
-  uint32_t task_id = 0, stream_id = 0, slot = 0;
-  uint64_t timestamp = 0;
-  Io io = Io::kOutput;
-};
-
-template <typename T>
-bool parseNumber(std::string_view s, T& out) {
-  if (s.empty()) return false;
-  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
-bool parseIo(std::string_view s, Io& io) {
-  if (s == "input") {
-    io = Io::kInput;
-  } else if (s == "output") {
-    io = Io::kOutput;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  for (;;) {
-    size_t at = s.find(sep);
-    parts.push_back(s.substr(0, at));
-    if (at == std::string_view::npos) return parts;
-    s.remove_prefix(at + 1);
-  }
-}
-
-std::string joinName(const std::vector<std::string_view>& parts, size_t first, size_t last) {
-  std::string out;
-  for (size_t i = first; i < last; ++i) {
-    if (i > first) out.push_back('.');
-    out.append(parts[i]);
-  }
-  return storage::sanitizeName(out);
-}
-
-// The npy name without ".npy": MindSpore's {type}.{name}.{task}.{stream}.{ts}.{io}.{slot}.
-// {format}.{dtype}, or msaccucmp's {type}.{name}.{task}.{stream}.{ts}.{io}.{index}.{shape}.
-bool parseNpyName(std::string_view base, FileName& f) {
-  auto parts = split(base, '.');
-  const size_t n = parts.size();
-  for (size_t tail : {size_t{4}, size_t{3}}) {  // fields after the slot's io: 4 or 3
-    if (n < tail + 5) continue;
-    const size_t io_at = n - tail;
-    if (!parseIo(parts[io_at], f.io) || !parseNumber(parts[io_at + 1], f.slot) ||
-        !parseNumber(parts[io_at - 1], f.timestamp) ||
-        !parseNumber(parts[io_at - 2], f.stream_id) || !parseNumber(parts[io_at - 3], f.task_id)) {
-      continue;
-    }
-    f.op_type = storage::sanitizeName(parts[0]);
-    f.op_name = joinName(parts, 1, io_at - 3);
-    f.dtype = tail == 4 ? std::string(parts[n - 1]) : std::string();
-    return true;
-  }
-  return false;
-}
-
-std::optional<FileName> parseFileName(std::string_view name) {
-  FileName f;
-  constexpr std::string_view kLz4 = ".npy.lz4", kNpy = ".npy";
-  if (name.ends_with(kLz4) || name.ends_with(kNpy)) {
-    const bool lz4 = name.ends_with(kLz4);
-    f.kind = lz4 ? TensorFileKind::kNpyLz4 : TensorFileKind::kNpy;
-    name.remove_suffix(lz4 ? kLz4.size() : kNpy.size());
-    if (!parseNpyName(name, f)) return std::nullopt;
-    return f;
-  }
-  auto bin = storage::parseBinFileName(name);
-  if (!bin) return std::nullopt;
-  f.kind = TensorFileKind::kBin;
-  f.op_type = storage::sanitizeName(bin->op_type);
-  f.op_name = storage::sanitizeName(bin->op_name);
-  f.task_id = bin->task_id;
-  f.stream_id = bin->stream_id;
-  f.timestamp = bin->timestamp;
-  return f;
-}
-
-TensorEntry entryFor(const DirInfo& dir, const FileName& f, const std::string& path) {
+TensorEntry entryFor(const DirInfo& dir, const storage::ParsedFileName& f,
+                     const std::string& path) {
   TensorEntry e;
   e.rank = dir.rank;
   e.graph = dir.graph;
@@ -142,7 +56,7 @@ TensorEntry entryFor(const DirInfo& dir, const FileName& f, const std::string& p
 }
 
 // The entries of one tensor file (a bin file holds several).
-void inspectFile(const DirInfo& dir, const FileName& f, const std::string& path,
+void inspectFile(const DirInfo& dir, const storage::ParsedFileName& f, const std::string& path,
                  std::vector<TensorEntry>& out) {
   TensorEntry e = entryFor(dir, f, path);
   if (f.kind != TensorFileKind::kBin) {
@@ -194,31 +108,6 @@ void inspectFile(const DirInfo& dir, const FileName& f, const std::string& path,
   }
 }
 
-// "[2,3]", "(2,3)", "(3)", "(3,)", "[]", "()": the dimensions; nullopt when malformed.
-std::optional<std::vector<int64_t>> parseShapeField(std::string_view s) {
-  if (s.size() < 2 ||
-      !((s.front() == '[' && s.back() == ']') || (s.front() == '(' && s.back() == ')'))) {
-    return std::nullopt;
-  }
-  std::vector<int64_t> shape;
-  for (std::string_view item : split(s.substr(1, s.size() - 2), ',')) {
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item.empty()) continue;
-    int64_t d = 0;
-    if (!parseNumber(item, d) || d < 0) return std::nullopt;
-    shape.push_back(d);
-  }
-  return shape;
-}
-
-std::optional<double> parseValue(std::string_view s) {
-  double v = 0;
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  if (!parseNumber(s, v)) return std::nullopt;
-  return v;
-}
-
 std::string joinKey(const TensorEntry& e) {
   std::string key = e.op_name;
   for (uint64_t v : {uint64_t{e.task_id}, uint64_t{e.stream_id}, e.timestamp,
@@ -244,55 +133,31 @@ void joinStatistics(DirInfo& dir, const std::string& path) {
   auto mapped = MappedFile::open(path);
   if (!mapped) return fail(mapped.error().message);
   std::string_view text(reinterpret_cast<const char*>(mapped->bytes().data()), mapped->size());
-  auto records = parseCsv(text, path);
-  if (!records) return fail(records.error().message);
+  auto csv = storage::parseStatisticCsv(text, path);
   if (mapped->shrank()) return fail(path + ": the file shrank while it was read");
-  if (records->empty()) return;
-  std::unordered_map<std::string, size_t> column;
-  for (size_t i = 0; i < (*records)[0].fields.size(); ++i) column[(*records)[0].fields[i]] = i;
-  for (const char* required : {"Op Name", "Timestamp", "IO", "Slot"}) {
-    if (!column.contains(required)) {
-      return fail(path + ": the header has no '" + std::string(required) + "' column");
-    }
-  }
+  if (!csv) return fail(csv.error().message);
   std::unordered_map<std::string, size_t> by_key;
   for (size_t i = 0; i < dir.entries.size(); ++i) by_key.emplace(joinKey(dir.entries[i]), i);
-  // Rows that are not statistic rows: one error entry for all of them, naming the first.
-  size_t bad_rows = 0, first_bad_line = 0;
-  for (size_t r = 1; r < records->size(); ++r) {
-    const CsvRecord& rec = (*records)[r];
-    auto field = [&](const char* name) -> std::string_view {
-      auto it = column.find(name);
-      return it == column.end() || it->second >= rec.fields.size()
-                 ? std::string_view{}
-                 : std::string_view(rec.fields[it->second]);
-    };
+  for (storage::StatisticCsvRow& row : csv->rows) {
     TensorEntry e;
     e.rank = dir.rank;
     e.graph = dir.graph;
     e.iteration = dir.iteration;
     e.location = dir.location;
     e.path = path;
-    e.op_type = storage::sanitizeName(field("Op Type"));
-    e.op_name = storage::sanitizeName(field("Op Name"));
-    e.dtype = std::string(field("Data Type"));
-    bool ok = parseNumber(field("Timestamp"), e.timestamp) && parseIo(field("IO"), e.io) &&
-              parseNumber(field("Slot"), e.slot);
-    if (column.contains("Task ID")) ok = ok && parseNumber(field("Task ID"), e.task_id);
-    if (column.contains("Stream ID")) ok = ok && parseNumber(field("Stream ID"), e.stream_id);
-    if (!ok || field("Op Name").empty()) {
-      if (bad_rows++ == 0) first_bad_line = rec.line;
-      continue;
-    }
-    if (auto shape = parseShapeField(field("Shape"))) {
-      e.shape = std::move(*shape);
+    e.op_type = std::move(row.op_type);
+    e.op_name = std::move(row.op_name);
+    e.dtype = std::move(row.dtype);
+    e.task_id = row.task_id;
+    e.stream_id = row.stream_id;
+    e.timestamp = row.timestamp;
+    e.io = row.io;
+    e.slot = row.slot;
+    if (row.shape) {
+      e.shape = std::move(*row.shape);
       e.shape_known = true;
     }
-    StatisticValues s;
-    s.max = parseValue(field("Max Value"));
-    s.min = parseValue(field("Min Value"));
-    s.avg = parseValue(field("Avg Value"));
-    s.l2norm = parseValue(field("L2Norm Value"));
+    const StatisticValues s{row.max, row.min, row.avg, row.l2norm};
     auto it = by_key.find(joinKey(e));
     if (it != by_key.end() && !dir.entries[it->second].statistics) {
       dir.entries[it->second].statistics = s;
@@ -301,11 +166,11 @@ void joinStatistics(DirInfo& dir, const std::string& path) {
       dir.entries.push_back(std::move(e));
     }
   }
-  if (bad_rows > 0) {
-    fail(path + ": " + std::to_string(bad_rows) + (bad_rows == 1 ? " row is" : " rows are") +
+  if (const size_t bad = csv->bad_rows; bad > 0) {
+    fail(path + ": " + std::to_string(bad) + (bad == 1 ? " row is" : " rows are") +
          " not statistic rows (Op Name, Timestamp, IO, Slot, Task ID or Stream ID), the first on "
          "line " +
-         std::to_string(first_bad_line));
+         std::to_string(csv->first_bad_line));
   }
 }
 
@@ -337,7 +202,7 @@ std::unordered_map<std::string, std::string> readMapping(const std::string& path
 // A tensor file found in a directory, and the entries read from it.
 struct FileJob {
   size_t dir = 0;
-  FileName name;
+  storage::ParsedFileName name;
   std::string path;
   std::vector<TensorEntry> entries;
 };
@@ -367,16 +232,16 @@ void listTensorFiles(DirInfo& dir, size_t dir_index, std::vector<FileJob>& jobs)
       if (lz4 && !mapped_name.ends_with(".lz4")) mapped_name.append(".lz4");
       real = mapped_name;
     }
-    auto parsed = parseFileName(real);
+    auto parsed = storage::parseTensorFileName(real);
     if (!parsed) continue;
     jobs.push_back(FileJob{dir_index, std::move(*parsed), dir.path + "/" + name, {}});
   }
 }
 
-bool isDecimal(std::string_view s, uint32_t& out) { return parseNumber(s, out); }
+bool isDecimal(std::string_view s, uint32_t& out) { return storage::parseDecimal(s, out); }
 
 void setLocation(DirInfo& dir, std::string_view relative) {
-  auto parts = split(dir.path, '/');
+  auto parts = storage::splitAt(dir.path, '/');
   const size_t n = parts.size();
   if (n >= 4 && parts[n - 4].starts_with("rank_") && isDecimal(parts[n - 4].substr(5), dir.rank) &&
       isDecimal(parts[n - 2], dir.graph) && isDecimal(parts[n - 1], dir.iteration)) {

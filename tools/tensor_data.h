@@ -23,25 +23,15 @@
 
 #include "base/dtype.h"
 #include "base/result.h"
+#include "storage/format/names.h"
+#include "storage/format/npy.h"
 #include "tools/mapped_file.h"
 
 namespace dumpd::tools {
 
-// The header of an .npy file.
-struct NpyHeader {
-  DType dtype = DType::kFloat32;  // element encoding (descr); never bfloat16 / int4 / uint1
-  std::vector<int64_t> shape;
-  uint64_t data_offset = 0;  // of the first element
-};
-
-// Parses the preamble and header dict of an .npy (versions 1.0, 2.0, 3.0). `bytes` may be just
-// the file's beginning: kInvalidArgument when it ends inside the header, naming `name` as for
-// any other fault (bad magic, unknown or big-endian descr, fortran_order True, bad shape).
-Result<NpyHeader> parseNpyHeader(std::span<const std::byte> bytes, const std::string& name);
-
-// Reads just the header of an .npy or .npy.lz4 file (the first kilobytes, decompressed when
-// `lz4`). Errors name `path`.
-Result<NpyHeader> readNpyHeader(const std::string& path, bool lz4);
+using storage::NpyHeader;
+using storage::parseNpyHeader;
+using storage::readNpyHeader;
 
 // What is known of a tensor's values without its elements: a statistic.csv row, or what
 // computeStatistics (tools/compare_metrics.h) finds. nullopt where the row lacks the column.
@@ -49,13 +39,7 @@ struct StatisticValues {
   std::optional<double> max, min, avg, l2norm;
 };
 
-// Where a tensor's bytes are.
-enum class TensorFileKind : uint8_t {
-  kNone,    // no file: statistics only
-  kNpy,     // .npy
-  kNpyLz4,  // .npy.lz4
-  kBin,     // a slice of an Ascend bin file
-};
+using storage::TensorFileKind;
 
 class TensorData {
  public:

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/element_count.h"
-#include "storage/bin_file.h"
+#include "storage/format/bin_file.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tools/bin_convert.h"
 #include "tools/compare_csv.h"

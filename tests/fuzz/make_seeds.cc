@@ -29,8 +29,8 @@
 #include "ipc/ring_format.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
-#include "storage/bin_file.h"
-#include "storage/npy.h"
+#include "storage/format/bin_file.h"
+#include "storage/format/npy.h"
 
 namespace dumpd {
 namespace {

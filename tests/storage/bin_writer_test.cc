@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "proto/ascend_dump.pb.h"
-#include "storage/bin_file.h"
-#include "storage/job_writer.h"
-#include "storage/memory_file_system.h"
+#include "storage/format/bin_file.h"
+#include "storage/fs/memory_file_system.h"
+#include "storage/writer/job_writer.h"
 #include "tests/storage/storage_test_util.h"
 #include "tests/storage/writer_fixture.h"
 

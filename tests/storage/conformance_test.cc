@@ -11,8 +11,8 @@
 #include <regex>
 #include <thread>
 
-#include "storage/file_system.h"
-#include "storage/job_writer.h"
+#include "storage/fs/file_system.h"
+#include "storage/writer/job_writer.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

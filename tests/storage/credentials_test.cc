@@ -1,5 +1,5 @@
 // ScopedCredentials with real uids: these tests need root (as CI runs them) and skip otherwise.
-#include "storage/credentials.h"
+#include "storage/fs/credentials.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "storage/file_system.h"
+#include "storage/fs/file_system.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

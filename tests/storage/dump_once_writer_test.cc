@@ -8,9 +8,9 @@
 #include <future>
 #include <thread>
 
-#include "storage/job_writer.h"
-#include "storage/memory_file_system.h"
-#include "storage/tensor_memo.h"
+#include "storage/fs/memory_file_system.h"
+#include "storage/writer/job_writer.h"
+#include "storage/writer/tensor_memo.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

@@ -6,9 +6,9 @@
 #include <regex>
 #include <set>
 
-#include "storage/fault_injection.h"
-#include "storage/job_writer.h"
-#include "storage/memory_file_system.h"
+#include "storage/fs/fault_injection.h"
+#include "storage/fs/memory_file_system.h"
+#include "storage/writer/job_writer.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

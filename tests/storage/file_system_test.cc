@@ -1,4 +1,4 @@
-#include "storage/file_system.h"
+#include "storage/fs/file_system.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "base/unique_fd.h"
-#include "storage/fault_injection.h"
-#include "storage/file_copy.h"
-#include "storage/memory_file_system.h"
+#include "storage/fs/fault_injection.h"
+#include "storage/fs/file_copy.h"
+#include "storage/fs/memory_file_system.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

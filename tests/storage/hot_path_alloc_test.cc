@@ -7,11 +7,11 @@
 #include <new>
 #include <vector>
 
-#include "storage/bin_op.h"
-#include "storage/names.h"
-#include "storage/npy.h"
-#include "storage/statistic_csv.h"
-#include "storage/statistics.h"
+#include "storage/format/names.h"
+#include "storage/format/npy.h"
+#include "storage/format/statistic_csv.h"
+#include "storage/format/statistics.h"
+#include "storage/writer/bin_op.h"
 
 namespace {
 std::atomic<size_t> g_allocations{0};

@@ -1,4 +1,4 @@
-#include "storage/in_order.h"
+#include "storage/writer/in_order.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "storage/job_writer.h"
+#include "storage/writer/job_writer.h"
 
 #include <gtest/gtest.h>
 #include <lz4frame.h>
@@ -13,9 +13,9 @@
 #include <regex>
 #include <thread>
 
-#include "storage/credentials.h"
-#include "storage/fault_injection.h"
-#include "storage/memory_file_system.h"
+#include "storage/fs/credentials.h"
+#include "storage/fs/fault_injection.h"
+#include "storage/fs/memory_file_system.h"
 #include "storage_test_util.h"
 #include "tests/storage/writer_fixture.h"
 

@@ -1,10 +1,12 @@
-#include "storage/names.h"
+#include "storage/format/names.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace dumpd::storage {
 namespace {
@@ -94,6 +96,53 @@ TEST(NamesTest, RandomDigitsAreSixteenDigitsAndVary) {
   EXPECT_EQ(a.size(), 16u);
   EXPECT_EQ(a.find_first_not_of("0123456789"), std::string::npos);
   EXPECT_NE(a, b);
+}
+
+// parseTensorFileName reads back what appendTensorFileName writes, dotted op names included.
+TEST(NamesTest, TensorFileNamesParseBack) {
+  std::string name;
+  appendTensorFileName(name, {.op_type = "MatMul",
+                              .op_name = "Default/net.fc1/MatMul-op3",
+                              .task_id = 4,
+                              .stream_id = 1,
+                              .timestamp_us = 99,
+                              .io = Io::kOutput,
+                              .slot = 2,
+                              .format = "DefaultFormat",
+                              .dtype = DType::kBFloat16});
+  for (std::string suffix : {"", ".lz4"}) {
+    auto f = parseTensorFileName(name + suffix);
+    ASSERT_TRUE(f) << name + suffix;
+    EXPECT_EQ(f->kind, suffix.empty() ? TensorFileKind::kNpy : TensorFileKind::kNpyLz4);
+    EXPECT_EQ(f->op_type, "MatMul");
+    EXPECT_EQ(f->op_name, sanitizeName("Default/net.fc1/MatMul-op3"));
+    EXPECT_EQ(f->task_id, 4u);
+    EXPECT_EQ(f->stream_id, 1u);
+    EXPECT_EQ(f->timestamp, 99u);
+    EXPECT_EQ(f->io, Io::kOutput);
+    EXPECT_EQ(f->slot, 2u);
+    EXPECT_EQ(f->dtype, "bfloat16");
+  }
+  // msaccucmp's names end in the shape instead of format and dtype.
+  auto m = parseTensorFileName("Add.Default_Add-op0.1.2.3.input.0.2x3.npy");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->io, Io::kInput);
+  EXPECT_EQ(m->dtype, "");
+  EXPECT_FALSE(parseTensorFileName("Add.x.1.2.3.sideways.0.F.float32.npy"));
+  EXPECT_FALSE(parseTensorFileName("notes.txt"));
+}
+
+TEST(NamesTest, ShapeTextParsesBothGenerationsAndRefusesNegatives) {
+  std::string a, b;
+  const std::vector<int64_t> shape = {2, 3};
+  appendShape(a, shape);
+  appendShapeParenthesized(b, shape);
+  EXPECT_EQ(parseShapeText(a), shape);
+  EXPECT_EQ(parseShapeText(b), shape);
+  EXPECT_EQ(parseShapeText("(3,)"), std::vector<int64_t>{3});
+  EXPECT_EQ(parseShapeText("[]"), std::vector<int64_t>{});
+  EXPECT_FALSE(parseShapeText("[2,-1]"));
+  EXPECT_FALSE(parseShapeText("2,3"));
 }
 
 }  // namespace

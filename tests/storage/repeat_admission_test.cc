@@ -7,10 +7,10 @@
 #include <map>
 #include <set>
 
-#include "storage/fault_injection.h"
-#include "storage/job_writer.h"
-#include "storage/memory_file_system.h"
-#include "storage/tensor_memo.h"
+#include "storage/fs/fault_injection.h"
+#include "storage/fs/memory_file_system.h"
+#include "storage/writer/job_writer.h"
+#include "storage/writer/tensor_memo.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "storage/job_writer.h"
-#include "storage/memory_file_system.h"
+#include "storage/fs/memory_file_system.h"
+#include "storage/writer/job_writer.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

@@ -1,4 +1,4 @@
-#include "storage/statistic_csv.h"
+#include "storage/format/statistic_csv.h"
 
 #include <gtest/gtest.h>
 
@@ -126,6 +126,73 @@ TEST(StatisticCsvTest, StatOptionsComputeOnlyWhatIsAsked) {
   EXPECT_TRUE(d.values);
   EXPECT_FALSE(d.md5);
   EXPECT_FALSE(d.sha1);
+}
+
+// The reader takes back what the writer wrote, in either generation.
+TEST(StatisticCsvTest, ReaderReadsBackWhatTheWriterWrote) {
+  const std::vector<StatCategory> cats = {StatCategory::kMax, StatCategory::kMin,
+                                          StatCategory::kAvg, StatCategory::kL2Norm};
+  for (config::MsFormat format : {config::MsFormat::k26, config::MsFormat::k27}) {
+    TensorStats s;
+    s.max = 6;
+    s.min = -1.5;
+    s.avg = 2.25;
+    s.l2norm = 9.53939;
+    const std::vector<int64_t> shape = {2, 3};
+    StatRow row{.op_type = "Add",
+                .op_name = "Default/Add-op0",
+                .task_id = 7,
+                .stream_id = 2,
+                .timestamp_us = 123456,
+                .io = Io::kInput,
+                .slot = 1,
+                .data_size = 24,
+                .dtype = DType::kFloat32,
+                .shape = shape};
+    std::string text = statisticCsvHeader(cats);
+    appendStatisticRow(text, row, s, cats, format);
+    auto read = parseStatisticCsv(text, "statistic.csv");
+    ASSERT_TRUE(read) << read.error().message;
+    ASSERT_EQ(read->rows.size(), 1u);
+    EXPECT_EQ(read->bad_rows, 0u);
+    const StatisticCsvRow& r = read->rows[0];
+    EXPECT_EQ(r.line, 2u);
+    EXPECT_EQ(r.op_type, "Add");
+    EXPECT_EQ(r.op_name, "Default_Add-op0");  // sanitised whichever generation wrote it
+    EXPECT_EQ(r.task_id, 7u);
+    EXPECT_EQ(r.stream_id, 2u);
+    EXPECT_EQ(r.timestamp, 123456u);
+    EXPECT_EQ(r.io, Io::kInput);
+    EXPECT_EQ(r.slot, 1u);
+    EXPECT_EQ(r.dtype, "float32");
+    EXPECT_EQ(r.shape, shape);
+    EXPECT_EQ(r.max, 6.0);
+    EXPECT_EQ(r.min, -1.5);
+    EXPECT_EQ(r.avg, 2.25);
+    EXPECT_EQ(r.l2norm, 9.53939);
+  }
+}
+
+TEST(StatisticCsvTest, ReaderCountsRowsThatNameNoTensorAndRefusesAHeaderWithoutOne) {
+  auto read = parseStatisticCsv(
+      "Op Type,Op Name,Timestamp,IO,Slot,Max Value\n"
+      "Add,a,1,output,0,+2.5\n"
+      "Add,,2,output,0,1\n"
+      "Add,b,x,output,0,1\n",
+      "s.csv");
+  ASSERT_TRUE(read);
+  ASSERT_EQ(read->rows.size(), 1u);
+  EXPECT_EQ(read->rows[0].max, 2.5);
+  EXPECT_FALSE(read->rows[0].min);  // no such column
+  EXPECT_FALSE(read->rows[0].shape);
+  EXPECT_EQ(read->bad_rows, 2u);
+  EXPECT_EQ(read->first_bad_line, 3u);
+  auto bad = parseStatisticCsv("Op Type,Op Name,IO,Slot\n", "s.csv");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "s.csv: the header has no 'Timestamp' column");
+  auto empty = parseStatisticCsv("", "s.csv");
+  ASSERT_TRUE(empty);
+  EXPECT_TRUE(empty->rows.empty());
 }
 
 }  // namespace

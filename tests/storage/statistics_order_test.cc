@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/statistics.h"
+#include "storage/format/statistics.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

@@ -1,4 +1,4 @@
-#include "storage/statistics.h"
+#include "storage/format/statistics.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "storage/convert.h"
+#include "storage/format/convert.h"
 #include "storage_test_util.h"
 
 namespace dumpd::storage {

@@ -23,9 +23,9 @@
 
 #include "base/dtype.h"
 #include "config/dump_plan.h"
-#include "storage/credentials.h"
-#include "storage/op_record.h"
-#include "storage/statistics.h"
+#include "storage/format/statistics.h"
+#include "storage/fs/credentials.h"
+#include "storage/writer/op_record.h"
 
 namespace dumpd::storage {
 

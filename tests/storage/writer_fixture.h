@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "storage/job_writer.h"
-#include "storage/memory_file_system.h"
+#include "storage/fs/memory_file_system.h"
+#include "storage/writer/job_writer.h"
 
 namespace dumpd::storage::testing {
 

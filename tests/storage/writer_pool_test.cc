@@ -1,4 +1,4 @@
-#include "storage/writer_pool.h"
+#include "storage/writer/writer_pool.h"
 
 #include <gtest/gtest.h>
 

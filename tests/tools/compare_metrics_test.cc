@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/npy.h"
+#include "storage/format/npy.h"
 
 namespace dumpd::tools {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "storage/bin_file.h"
-#include "storage/npy.h"
-#include "storage/statistic_csv.h"
+#include "storage/format/bin_file.h"
+#include "storage/format/npy.h"
+#include "storage/format/statistic_csv.h"
 #include "tests/tools/tools_test_util.h"
 
 namespace dumpd::tools {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "proto/ascend_dump.pb.h"
-#include "storage/bin_file.h"
-#include "storage/npy.h"
+#include "storage/format/bin_file.h"
+#include "storage/format/npy.h"
 #include "tests/tools/tools_test_util.h"
 #include "tools/mapped_file.h"
 #include "tools/tensor_data.h"

@@ -1,0 +1,47 @@
+// One op execution handed to storage: views into memory the caller owns (the daemon's ring).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "base/dtype.h"
+#include "config/filter.h"
+#include "storage/format/statistics.h"
+#include "storage/writer/tensor_memo.h"
+
+namespace dumpd::storage {
+
+struct TensorView {
+  Io io = Io::kOutput;
+  uint32_t slot = 0;
+  DType dtype = DType::kFloat32;
+  std::span<const int64_t> shape;             // logical shape (int4: the unpacked last dimension)
+  std::string_view format = "DefaultFormat";  // producer's format string (trans_flag false)
+  uint64_t timestamp_us = 0;                  // wall clock, microseconds since the epoch
+  std::span<const std::byte> data;            // sourceBytes(dtype, elements) bytes
+  // Statistics the producer computed on its device (saved_data "statistic" only); `data` is
+  // then empty. Not owned.
+  const StatSums* sums = nullptr;
+  // Dump once (see storage/tensor_memo.h), not owned. `memo`: later tensors repeat this one;
+  // the writer publishes what it did there. `same_as`: this tensor repeats that one (`data`
+  // empty, `sums` null); its file and row are made from that tensor's (the writer claims a
+  // link to its file there: TensorMemo::claimLink).
+  TensorMemo* memo = nullptr;
+  TensorMemo* same_as = nullptr;
+};
+
+struct OpRecord {
+  uint32_t graph_id = 0;
+  uint32_t iteration = 0;
+  std::string_view op_type;  // primitive name ("Add")
+  std::string_view op_name;  // full scope name ("Default/Add-op0"), unsanitised
+  uint32_t task_id = 0;
+  uint32_t stream_id = 0;
+  std::span<const TensorView> tensors;
+  // JobWriter::takeRowTicket(); 0: rows are appended as soon as the op is written.
+  uint64_t row_ticket = 0;
+};
+
+}  // namespace dumpd::storage
