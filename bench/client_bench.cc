@@ -63,7 +63,7 @@ struct Bench {
     o.config_text = jobConfig(dir + "/dump", net);
     o.rank = static_cast<uint32_t>(rank++);
     o.ring_bytes = ring;
-    o.backpressure = dumpd::config::Backpressure::kBlock;
+    o.backpressure = dumpd::ipc::Backpressure::kBlock;
     auto c = dumpd::client::Client::connect(o);
     if (!c) {
       std::cerr << "connect: " << c.error().message << "\n";

@@ -19,6 +19,7 @@
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
 #include "ipc/socket_io.h"
+#include "ipc/socket_path.h"
 #include "proto/dumpd.pb.h"
 
 namespace dumpd::client {
@@ -104,7 +105,7 @@ struct Client::Impl {
   std::optional<ipc::RingProducer> ring;
   UniqueFd sock;
   ipc::FrameDecoder decoder;
-  config::Backpressure backpressure = config::Backpressure::kBlock;
+  ipc::Backpressure backpressure = ipc::Backpressure::kBlock;
   int block_timeout_ms = -1;
   uint64_t session_id = 0;
   uint32_t iteration = 0;
@@ -255,7 +256,7 @@ struct Client::Impl {
       std::byte* p = ring->tryReserve(kind, body);
       if (p != nullptr) return p;
       if (ring->closing()) return closingError();
-      if (may_drop && backpressure == config::Backpressure::kDrop) return nullptr;
+      if (may_drop && backpressure == ipc::Backpressure::kDrop) return nullptr;
       if (Status s = waitForSpace(body); !s) return s.error();
     }
   }
@@ -334,7 +335,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
                      "cannot open dump path " + impl->plan.path + ": " + strerror(errno));
   }
 
-  const std::string socket_path = config::resolveSocketPath(options.socket_path);
+  const std::string socket_path = ipc::resolveSocketPath(options.socket_path);
   auto sock = ipc::connectUnix(socket_path);
   if (!sock) return sock.error();
   impl->sock = std::move(sock.value());
@@ -357,7 +358,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   // in our environment, so it resolves the same directory.
   if (const char* d = std::getenv("MS_DIAGNOSTIC_DATA_PATH")) hello->set_ms_diagnostic_data_path(d);
   if (options.backpressure) {
-    hello->set_backpressure(*options.backpressure == config::Backpressure::kDrop
+    hello->set_backpressure(*options.backpressure == ipc::Backpressure::kDrop
                                 ? v1::BACKPRESSURE_DROP
                                 : v1::BACKPRESSURE_BLOCK);
   }
@@ -373,8 +374,8 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   }
   const v1::Welcome& w = reply->welcome();
   impl->session_id = w.session_id();
-  impl->backpressure = w.backpressure() == v1::BACKPRESSURE_DROP ? config::Backpressure::kDrop
-                                                                 : config::Backpressure::kBlock;
+  impl->backpressure = w.backpressure() == v1::BACKPRESSURE_DROP ? ipc::Backpressure::kDrop
+                                                                 : ipc::Backpressure::kBlock;
   impl->block_timeout_ms = w.block_timeout_ms() == 0 ? -1 : static_cast<int>(w.block_timeout_ms());
   impl->options = std::move(options);
   impl->stats.ring_capacity = impl->ring->capacity();

@@ -21,20 +21,20 @@
 #include "base/dtype.h"
 #include "base/result.h"
 #include "client/device_api.h"
-#include "config/daemon_settings.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
+#include "ipc/backpressure.h"
 
 namespace dumpd::client {
 
 struct Options {
   std::string socket_path;  // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
   std::string config_path;  // "" -> $MINDSPORE_DUMP_CONFIG (unless config_text is set)
-  std::optional<std::string> config_text;            // the job config itself, instead of a path
-  std::optional<uint32_t> rank;                      // default $RANK_ID, else 0
-  std::optional<uint32_t> device;                    // default $DEVICE_ID, else 0
-  uint64_t ring_bytes = 0;                           // 0 -> 64 MiB
-  std::optional<config::Backpressure> backpressure;  // default: the daemon's setting
+  std::optional<std::string> config_text;         // the job config itself, instead of a path
+  std::optional<uint32_t> rank;                   // default $RANK_ID, else 0
+  std::optional<uint32_t> device;                 // default $DEVICE_ID, else 0
+  uint64_t ring_bytes = 0;                        // 0 -> 64 MiB
+  std::optional<ipc::Backpressure> backpressure;  // default: the daemon's setting
   std::string producer_name = "dumpd-cpp";
   std::string producer_version;  // written as ms_version in .dump_metadata/config.json
   std::string device_target = "CPU";

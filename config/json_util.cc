@@ -77,22 +77,6 @@ std::pair<size_t, size_t> lineColumn(std::string_view text, size_t index) {
   return {line, index - line_start + 1};
 }
 
-std::string printable(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string describe(const nlohmann::json& value) {
   if (value.is_string()) return printable(value.get_ref<const std::string&>());
   std::string out;

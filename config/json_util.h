@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/printable.h"
 #include "base/result.h"
 
 namespace dumpd::config::internal {
@@ -20,9 +21,7 @@ Result<nlohmann::json> parseJson(std::string_view text);
 // of the input has a position too).
 std::pair<size_t, size_t> lineColumn(std::string_view text, size_t index);
 
-// `s` with control bytes (< 0x20, 0x7f) written as \xNN, so an error message never carries a
-// raw newline or escape sequence to a terminal or a log.
-std::string printable(std::string_view s);
+using dumpd::printable;  // base/printable.h
 
 // A bounded rendering of a JSON value for error messages: strings unquoted (as MindSpore
 // prints them, through printable()), other values as compact JSON cut after a few dozen

@@ -134,9 +134,9 @@ bool DumpSession::setUp() {
     failSetup(wireCode(writer.error().code), writer.error().message);
     return false;
   }
-  config::Backpressure bp = ctx_.settings.backpressure;
-  if (hello_.backpressure() == v1::BACKPRESSURE_BLOCK) bp = config::Backpressure::kBlock;
-  if (hello_.backpressure() == v1::BACKPRESSURE_DROP) bp = config::Backpressure::kDrop;
+  ipc::Backpressure bp = ctx_.settings.backpressure;
+  if (hello_.backpressure() == v1::BACKPRESSURE_BLOCK) bp = ipc::Backpressure::kBlock;
+  if (hello_.backpressure() == v1::BACKPRESSURE_DROP) bp = ipc::Backpressure::kDrop;
 
   auto info = std::make_shared<Info>();
   info->net_name = p.plan.net_name;
@@ -151,8 +151,8 @@ bool DumpSession::setUp() {
   w->set_session_id(id_);
   w->set_protocol_major(ipc::kProtocolMajor);
   w->set_protocol_minor(ipc::kProtocolMinor);
-  w->set_backpressure(bp == config::Backpressure::kDrop ? v1::BACKPRESSURE_DROP
-                                                        : v1::BACKPRESSURE_BLOCK);
+  w->set_backpressure(bp == ipc::Backpressure::kDrop ? v1::BACKPRESSURE_DROP
+                                                     : v1::BACKPRESSURE_BLOCK);
   w->set_dump_root(p.plan.path);
   w->set_block_timeout_ms(ctx_.settings.block_timeout_ms);
   v1::Limits* l = w->mutable_limits();

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "base/snapshot.h"
-#include "config/daemon_settings.h"
+#include "daemon/daemon_settings.h"
 #include "daemon/ring_drain.h"
 #include "daemon/session_setup.h"
 #include "ipc/asio.h"
@@ -53,7 +53,7 @@ struct SessionContext {
   asio::io_context& io;
   storage::WriterPool& pool;
   ClaimRegistry& claims;
-  config::DaemonSettings settings;  // a copy: SIGHUP changes apply to new sessions
+  DaemonSettings settings;  // a copy: SIGHUP changes apply to new sessions
 };
 
 class DumpSession : public std::enable_shared_from_this<DumpSession> {

@@ -13,7 +13,7 @@
 #include <iostream>
 #include <string>
 
-#include "config/daemon_settings.h"
+#include "daemon/daemon_settings.h"
 #include "daemon/server.h"
 #include "ipc/asio.h"
 
@@ -84,9 +84,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  config::DaemonSettings settings;
+  daemon::DaemonSettings settings;
   if (!args.config.empty()) {
-    auto s = config::loadDaemonSettings(args.config);
+    auto s = daemon::loadDaemonSettings(args.config);
     if (!s) {
       std::cerr << "dumpd: " << s.error().message << "\n";
       return 1;
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   }
   setupLogging(settings.log_level);
   const std::string socket_path =
-      config::resolveSocketPath(args.socket.empty() ? settings.socket_path : args.socket);
+      ipc::resolveSocketPath(args.socket.empty() ? settings.socket_path : args.socket);
 
   // Every connection, ring, root and open directory is an fd: use the hard limit, and say
   // whether the configured limits fit in it.
@@ -152,10 +152,10 @@ int main(int argc, char** argv) {
         if (sig == SIGHUP) {
           if (args.config.empty()) {
             spdlog::info("SIGHUP: no --config file to re-read");
-          } else if (auto s = config::loadDaemonSettings(args.config); !s) {
+          } else if (auto s = daemon::loadDaemonSettings(args.config); !s) {
             spdlog::error("SIGHUP: keeping the current settings: {}", s.error().message);
           } else {
-            config::DaemonSettings next = std::move(s.value());
+            daemon::DaemonSettings next = std::move(s.value());
             if (!args.log_level.empty()) next.log_level = args.log_level;
             spdlog::set_level(spdlog::level::from_str(next.log_level));
             server.applySettings(next);

@@ -34,7 +34,7 @@ void applyWorkerPriority(bool idle) {
   }
 }
 
-Server::Server(asio::io_context& io, config::DaemonSettings settings, std::string socket_path)
+Server::Server(asio::io_context& io, DaemonSettings settings, std::string socket_path)
     : io_(io),
       settings_(std::move(settings)),
       socket_path_(std::move(socket_path)),
@@ -269,7 +269,7 @@ void Server::maybeFinish() {
   io_.stop();
 }
 
-void Server::applySettings(const config::DaemonSettings& s) {
+void Server::applySettings(const DaemonSettings& s) {
   // What can change at run time: limits and policies for new sessions, the log level.
   // Socket path/mode/group and the writer pool's shape need a restart; say so if they moved.
   const auto note = [](const char* key, const auto& from, const auto& to) {
@@ -277,8 +277,8 @@ void Server::applySettings(const config::DaemonSettings& s) {
   };
   note("max_sessions", settings_.max_sessions, s.max_sessions);
   note("max_ring_bytes", settings_.max_ring_bytes, s.max_ring_bytes);
-  note("backpressure", config::backpressureName(settings_.backpressure),
-       config::backpressureName(s.backpressure));
+  note("backpressure", ipc::backpressureName(settings_.backpressure),
+       ipc::backpressureName(s.backpressure));
   note("block_timeout_ms", settings_.block_timeout_ms, s.block_timeout_ms);
   note("durability", config::durabilityName(settings_.durability),
        config::durabilityName(s.durability));
@@ -301,7 +301,7 @@ void Server::applySettings(const config::DaemonSettings& s) {
       s.workers_idle_priority != settings_.workers_idle_priority) {
     spdlog::warn("settings: socket and writer-pool changes take effect after a restart");
   }
-  const config::DaemonSettings keep = settings_;
+  const DaemonSettings keep = settings_;
   settings_ = s;
   settings_.socket_path = keep.socket_path;
   settings_.socket_mode = keep.socket_mode;

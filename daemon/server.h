@@ -15,7 +15,7 @@
 #include <string>
 
 #include "base/result.h"
-#include "config/daemon_settings.h"
+#include "daemon/daemon_settings.h"
 #include "daemon/dump_session.h"
 #include "ipc/asio.h"
 #include "proto/dumpd.pb.h"
@@ -35,7 +35,7 @@ inline constexpr size_t kMaxStatusReplyBytes = 4u << 20;
 
 class Server {
  public:
-  Server(asio::io_context& io, config::DaemonSettings settings, std::string socket_path);
+  Server(asio::io_context& io, DaemonSettings settings, std::string socket_path);
   ~Server();
 
   // Binds the socket (replacing a stale file, refusing a live daemon's) or adopts a
@@ -61,8 +61,8 @@ class Server {
   SessionContext sessionContext();
 
   asio::io_context& io() { return io_; }
-  const config::DaemonSettings& settings() const { return settings_; }
-  void applySettings(const config::DaemonSettings& s);
+  const DaemonSettings& settings() const { return settings_; }
+  void applySettings(const DaemonSettings& s);
 
   static constexpr std::chrono::seconds kShutdownGrace{5};
 
@@ -73,7 +73,7 @@ class Server {
   uint32_t openFds() const;
 
   asio::io_context& io_;
-  config::DaemonSettings settings_;
+  DaemonSettings settings_;
   std::string socket_path_;
   asio::local::stream_protocol::acceptor acceptor_;
   std::unique_ptr<storage::WriterPool> pool_;

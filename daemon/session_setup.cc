@@ -28,7 +28,7 @@ v1::Error::Code wireCode(ErrorCode c) {
 }
 
 Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, UniqueFd root_fd,
-                                       const config::DaemonSettings& settings,
+                                       const DaemonSettings& settings,
                                        const std::atomic<bool>* cancel) {
   // The client's environment, not ours: a config without "path" means
   // $MS_DIAGNOSTIC_DATA_PATH/debug_dump of the training process.
@@ -57,7 +57,7 @@ Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, Uni
 }
 
 Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const PeerIdentity& peer,
-                                   const config::DaemonSettings& settings) {
+                                   const DaemonSettings& settings) {
   storage::JobOptions opts;
   opts.rank = h.rank();
   opts.device_target = h.device_target().empty() ? "CPU" : h.device_target();

@@ -16,9 +16,9 @@
 
 #include "base/result.h"
 #include "base/unique_fd.h"
-#include "config/daemon_settings.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
+#include "daemon/daemon_settings.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
 #include "storage/writer/job_writer.h"
@@ -44,7 +44,7 @@ struct PreparedSession {
 
 // `cancel`: set when the client hung up or dumpd is stopping; compiling stops early.
 Result<PreparedSession> prepareSession(const v1::Hello& hello, UniqueFd ring_fd, UniqueFd root_fd,
-                                       const config::DaemonSettings& settings,
+                                       const DaemonSettings& settings,
                                        const std::atomic<bool>* cancel = nullptr);
 
 struct OpenedWriter {
@@ -52,8 +52,7 @@ struct OpenedWriter {
   std::unique_ptr<storage::JobWriter> writer;
 };
 Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& hello,
-                                   const PeerIdentity& peer,
-                                   const config::DaemonSettings& settings);
+                                   const PeerIdentity& peer, const DaemonSettings& settings);
 
 // The wire code for an error of set-up.
 v1::Error::Code wireCode(ErrorCode code);

@@ -5,7 +5,6 @@
 #include <string_view>
 #include <vector>
 
-#include "config/daemon_settings.h"
 #include "dumpctl/compare_command.h"
 #include "dumpctl/convert_command.h"
 #include "dumpctl/status_command.h"

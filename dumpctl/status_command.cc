@@ -7,8 +7,8 @@
 #include <sstream>
 #include <thread>
 
-#include "config/daemon_settings.h"
 #include "ipc/socket_io.h"
+#include "ipc/socket_path.h"
 
 namespace dumpd::dumpctl {
 namespace {
@@ -186,7 +186,7 @@ std::string statusToTable(const v1::StatusReply& r) {
 
 int runStatusCommand(const std::string& socket, bool json, bool watch, std::ostream& out,
                      std::ostream& err) {
-  const std::string path = config::resolveSocketPath(socket);
+  const std::string path = ipc::resolveSocketPath(socket);
   for (;;) {
     auto r = fetch(path);
     if (!r) {

@@ -86,8 +86,8 @@ bool parse(int argc, char** argv, Args& a) {
     } else if (k == "--ring-bytes") {
       a.options.ring_bytes = std::stoull(v);
     } else if (k == "--backpressure") {
-      a.options.backpressure = std::string(v) == "drop" ? dumpd::config::Backpressure::kDrop
-                                                        : dumpd::config::Backpressure::kBlock;
+      a.options.backpressure = std::string(v) == "drop" ? dumpd::ipc::Backpressure::kDrop
+                                                        : dumpd::ipc::Backpressure::kBlock;
     } else if (k == "--op-name-prefix") {
       a.prefix = v;
     } else if (k == "--kill-after") {

@@ -27,8 +27,8 @@
 #include "base/result.h"
 #include "client/client.h"
 #include "client/device_api.h"
-#include "config/daemon_settings.h"
 #include "config/filter.h"
+#include "ipc/backpressure.h"
 
 #ifndef DUMPD_VERSION
 #define DUMPD_VERSION "0.0.0"
@@ -504,7 +504,7 @@ class PyClient {
       o.ring_bytes = static_cast<uint64_t>(*ring_bytes);
     }
     if (backpressure) {
-      auto b = config::parseBackpressure(*backpressure);
+      auto b = ipc::parseBackpressure(*backpressure);
       if (!b) {
         throw py::value_error("backpressure must be \"block\" or \"drop\", got \"" + *backpressure +
                               "\"");

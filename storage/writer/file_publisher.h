@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "base/result.h"
-#include "config/daemon_settings.h"
+#include "config/write_policy.h"
 #include "storage/format/names.h"
 #include "storage/fs/file_system.h"
 #include "storage/writer/dir_cache.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "config/daemon_settings.h"
+#include "config/write_policy.h"
 #include "config/dump_plan.h"
 #include "storage/fs/file_system.h"
 #include "storage/writer/op_record.h"

@@ -1,4 +1,4 @@
-#include "config/daemon_settings.h"
+#include "daemon/daemon_settings.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,10 +7,13 @@
 
 #include "tests/config/config_test_util.h"
 
-namespace dumpd::config {
+namespace dumpd::daemon {
 namespace {
 
-using testing::errorOf;
+using config::Compression;
+using config::Durability;
+
+using config::testing::errorOf;
 using ::testing::HasSubstr;
 
 Result<DaemonSettings> parseOne(const std::string& key, const nlohmann::json& value) {
@@ -54,7 +57,7 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
   auto s = loadDaemonSettings(DUMPD_SOURCE_DIR "/config/dumpd.json");
   ASSERT_TRUE(s) << errorOf(s);
   expectDefaults(*s);
-  auto text = readTextFile(DUMPD_SOURCE_DIR "/config/dumpd.json");
+  auto text = config::readTextFile(DUMPD_SOURCE_DIR "/config/dumpd.json");
   ASSERT_TRUE(text);
   auto keys = nlohmann::json::parse(*text);
   for (const char* key : {"socket_path",
@@ -241,34 +244,10 @@ TEST(DaemonSettingsTest, SocketPathLengthAndCharacters) {
   EXPECT_THAT(errorOf(parseOne("socket_group", 5)), HasSubstr("'socket_group' should be a string"));
 }
 
-TEST(DaemonSettingsTest, EnumNamesRoundTrip) {
-  for (auto b : {Backpressure::kBlock, Backpressure::kDrop}) {
-    EXPECT_EQ(*parseBackpressure(backpressureName(b)), b);
-  }
-  for (auto d : {Durability::kNone, Durability::kIteration, Durability::kFile}) {
-    EXPECT_EQ(*parseDurability(durabilityName(d)), d);
-  }
-  for (auto c : {Compression::kNone, Compression::kLz4}) {
-    EXPECT_EQ(*parseCompression(compressionName(c)), c);
-  }
-  EXPECT_THAT(errorOf(parseBackpressure("Block")), HasSubstr("but got: Block"));
-  EXPECT_FALSE(parseDurability(""));
-}
-
 TEST(DaemonSettingsTest, LoadErrorsNameTheFile) {
   auto s = loadDaemonSettings("/nonexistent/dumpd.json");
   ASSERT_FALSE(s);
   EXPECT_THAT(s.error().message, HasSubstr("/nonexistent/dumpd.json"));
-}
-
-TEST(DaemonSettingsTest, ResolveSocketPath) {
-  ::setenv("DUMPD_SOCKET", "/tmp/env.sock", 1);
-  EXPECT_EQ(resolveSocketPath("/tmp/explicit.sock"), "/tmp/explicit.sock");
-  EXPECT_EQ(resolveSocketPath(""), "/tmp/env.sock");
-  ::setenv("DUMPD_SOCKET", "", 1);
-  EXPECT_EQ(resolveSocketPath(""), "/run/dumpd/dumpd.sock");
-  ::unsetenv("DUMPD_SOCKET");
-  EXPECT_EQ(resolveSocketPath(""), "/run/dumpd/dumpd.sock");
 }
 
 TEST(DaemonSettingsTest, WorkerPriorityIsIdleOrNormal) {
@@ -279,4 +258,4 @@ TEST(DaemonSettingsTest, WorkerPriorityIsIdleOrNormal) {
 }
 
 }  // namespace
-}  // namespace dumpd::config
+}  // namespace dumpd::daemon

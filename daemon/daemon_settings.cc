@@ -1,4 +1,4 @@
-#include "config/daemon_settings.h"
+#include "daemon/daemon_settings.h"
 
 #include <cstdlib>
 #include <exception>
@@ -11,14 +11,18 @@
 #include "config/dump_plan.h"
 #include "config/json_util.h"
 
-namespace dumpd::config {
+namespace dumpd::daemon {
 namespace {
 
-using internal::describe;
-using internal::printable;
+using config::parseCompression;
+using config::parseDurability;
+using config::readTextFile;
+using ipc::parseBackpressure;
+using config::internal::describe;
+using config::internal::parseJson;
+
 using nlohmann::json;
 
-constexpr const char* kDefaultSocketPath = "/run/dumpd/dumpd.sock";
 constexpr std::string_view kLogLevels[] = {"trace", "debug",    "info", "warn",
                                            "error", "critical", "off"};
 
@@ -191,61 +195,6 @@ Status checkTogether(const DaemonSettings& s) {
 
 }  // namespace
 
-std::string_view backpressureName(Backpressure b) {
-  switch (b) {
-    case Backpressure::kBlock:
-      return "block";
-    case Backpressure::kDrop:
-      return "drop";
-  }
-  return "";
-}
-
-std::string_view durabilityName(Durability d) {
-  switch (d) {
-    case Durability::kNone:
-      return "none";
-    case Durability::kIteration:
-      return "iteration";
-    case Durability::kFile:
-      return "file";
-  }
-  return "";
-}
-
-std::string_view compressionName(Compression c) {
-  switch (c) {
-    case Compression::kNone:
-      return "none";
-    case Compression::kLz4:
-      return "lz4";
-  }
-  return "";
-}
-
-Result<Backpressure> parseBackpressure(std::string_view s) {
-  if (s == "block") return Backpressure::kBlock;
-  if (s == "drop") return Backpressure::kDrop;
-  return makeError(ErrorCode::kInvalidArgument,
-                   "backpressure should be \"block\" or \"drop\", but got: " + printable(s));
-}
-
-Result<Durability> parseDurability(std::string_view s) {
-  if (s == "none") return Durability::kNone;
-  if (s == "iteration") return Durability::kIteration;
-  if (s == "file") return Durability::kFile;
-  return makeError(
-      ErrorCode::kInvalidArgument,
-      "durability should be \"none\", \"iteration\" or \"file\", but got: " + printable(s));
-}
-
-Result<Compression> parseCompression(std::string_view s) {
-  if (s == "none") return Compression::kNone;
-  if (s == "lz4") return Compression::kLz4;
-  return makeError(ErrorCode::kInvalidArgument,
-                   "compression should be \"none\" or \"lz4\", but got: " + printable(s));
-}
-
 bool isValidLogLevel(std::string_view s) {
   for (std::string_view level : kLogLevels) {
     if (s == level) return true;
@@ -255,7 +204,7 @@ bool isValidLogLevel(std::string_view s) {
 
 Result<DaemonSettings> parseDaemonSettings(std::string_view json_text) {
   try {
-    auto parsed = internal::parseJson(json_text);
+    auto parsed = parseJson(json_text);
     if (!parsed) return invalid(parsed.error().message);
     const json& root = parsed.value();
     if (!root.is_object()) return invalid("the settings should be a JSON object");
@@ -281,10 +230,4 @@ Result<DaemonSettings> loadDaemonSettings(const std::string& path) {
   return settings;
 }
 
-std::string resolveSocketPath(const std::string& explicit_path) {
-  if (!explicit_path.empty()) return explicit_path;
-  if (const char* env = std::getenv("DUMPD_SOCKET"); env != nullptr && *env != '\0') return env;
-  return kDefaultSocketPath;
-}
-
-}  // namespace dumpd::config
+}  // namespace dumpd::daemon

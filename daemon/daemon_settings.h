@@ -1,4 +1,6 @@
-// The daemon's own settings file (config/dumpd.json): limits, policies, paths.
+// The daemon's own settings file (config/dumpd.json; --config):
+// limits, policies, paths. Only the daemon reads it; what a client shares with it (the socket
+// path rule, Backpressure) is in ipc/.
 #pragma once
 
 #include <cstddef>
@@ -7,19 +9,17 @@
 #include <string_view>
 
 #include "base/result.h"
+#include "config/write_policy.h"
+#include "ipc/backpressure.h"
+#include "ipc/socket_path.h"
 
-namespace dumpd::config {
+namespace dumpd::daemon {
 
-enum class Backpressure : uint8_t { kBlock, kDrop };
-enum class Durability : uint8_t { kNone, kIteration, kFile };
-enum class Compression : uint8_t { kNone, kLz4 };
+using config::Compression;
+using config::Durability;
+using ipc::Backpressure;
+using ipc::kMaxSocketPathBytes;
 
-std::string_view backpressureName(Backpressure b);
-std::string_view durabilityName(Durability d);
-Result<Backpressure> parseBackpressure(std::string_view s);
-Result<Durability> parseDurability(std::string_view s);
-std::string_view compressionName(Compression c);
-Result<Compression> parseCompression(std::string_view s);
 // True for trace debug info warn error critical off.
 bool isValidLogLevel(std::string_view s);
 
@@ -27,7 +27,6 @@ bool isValidLogLevel(std::string_view s);
 constexpr uint64_t kMinRingBytes = 64 << 10;  // a ring must hold a few records
 constexpr uint64_t kMinWriteQueueBytes = 64 << 10;
 constexpr uint32_t kMaxWriterThreads = 64;
-constexpr size_t kMaxSocketPathBytes = 107;  // sockaddr_un::sun_path less its NUL
 
 struct DaemonSettings {
   std::string socket_path;      // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
@@ -65,7 +64,4 @@ struct DaemonSettings {
 Result<DaemonSettings> parseDaemonSettings(std::string_view json_text);
 Result<DaemonSettings> loadDaemonSettings(const std::string& path);
 
-// The socket path to use: explicit, else $DUMPD_SOCKET, else /run/dumpd/dumpd.sock.
-std::string resolveSocketPath(const std::string& explicit_path);
-
-}  // namespace dumpd::config
+}  // namespace dumpd::daemon
