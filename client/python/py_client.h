@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "client/client.h"
 
@@ -23,9 +24,9 @@ namespace dumpd::python {
 
 namespace py = pybind11;
 
-// One method per Python method of dumpd.Client (the module's registration names them and
-// holds their docstrings). Every method but create(), the destructor and stats() raises
-// DaemonError once the client is closed.
+// One method per Python method or property of dumpd.Client (dumpd_module.cc names them and
+// holds their docstrings). Once closed, every call that goes to the C++ Client raises
+// DaemonError; close() is idempotent, and stats() and the properties still answer.
 class PyClient {
  public:
   static std::unique_ptr<PyClient> create(
