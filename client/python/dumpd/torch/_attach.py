@@ -1,0 +1,158 @@
+"""attach(): hooks on every leaf module of a model, named as MindSpore names its ops."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+import dumpd
+from dumpd.torch._session import _check_errors, _Session
+
+
+def op_names(model: torch.nn.Module, prefix: str = "Default") -> Dict[str, Tuple[str, str]]:
+    """Maps each leaf module's path in `model` ("features.0") to (op_type, full_name).
+
+    The full name is ``prefix/<attr>-<Class>/.../<Class>-op<N>``, N being the module's
+    index in ``model.named_modules()``. A model that is itself a leaf is
+    ``prefix/<Class>-op0``.
+    """
+    modules = dict(model.named_modules())
+    result: Dict[str, Tuple[str, str]] = {}
+    for index, (path, module) in enumerate(modules.items()):
+        if next(module.children(), None) is not None:
+            continue
+        scope = [prefix]
+        if path:
+            parts = path.split(".")
+            for i in range(len(parts)):
+                owner = modules[".".join(parts[: i + 1])]
+                scope.append(f"{parts[i]}-{type(owner).__name__}")
+        op_type = type(module).__name__
+        result[path] = (op_type, "/".join(scope + [f"{op_type}-op{index}"]))
+    return result
+
+
+def _gradient_name(full_name: str, op_type: str) -> str:
+    scope, _, last = full_name.rpartition("/")
+    number = last.rpartition("-op")[2]
+    return f"Gradients/{scope}/grad{op_type}/{op_type}Grad-op{number}"
+
+# Where each kind of hook finds its op's inputs and outputs among the arguments PyTorch passes
+# after the module (None: that op has no outputs).
+_HOOK_ARGUMENTS = {
+    # register_forward_hook: (args, output).
+    "forward": (0, 1),
+    # register_forward_pre_hook: (args,); an in-place module's inputs, before it overwrites them.
+    "pre": (0, None),
+    # register_full_backward_hook: (grad_input, grad_output); the backward op takes the
+    # gradients arriving at the module's outputs and gives those of its inputs.
+    "backward": (1, 0),
+}
+
+
+class _Hook:
+    """One hook of one leaf module: each call dumps one op execution (one dump_op)."""
+
+    __slots__ = ("session", "op_type", "name", "inputs", "outputs", "in_arg", "out_arg")
+
+    def __init__(self, session: _Session, kind: str, op_type: str, name: str, inputs: bool,
+                 outputs: bool) -> None:
+        self.session = session
+        self.op_type = op_type
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+        self.in_arg, self.out_arg = _HOOK_ARGUMENTS[kind]
+
+    def __call__(self, module: torch.nn.Module, *hook_args: Any) -> None:
+        outputs = () if self.out_arg is None else hook_args[self.out_arg]
+        self.session.dump(self.op_type, self.name, hook_args[self.in_arg], outputs, self.inputs,
+                          self.outputs)
+
+
+class AttachHandle:
+    """What :func:`attach` returns: ``remove()`` takes every hook off the model.
+
+    ``names`` maps each hooked module's path ("features.0") to its full op name;
+    ``gradient_names`` likewise for the backward ops (empty unless backward=True).
+    ``error`` is the DaemonError that stopped dumping under ``errors="warn"`` (else None).
+    Also a context manager: hooks are removed when the ``with`` block ends.
+    """
+
+    def __init__(self, hooks: List[Any], names: Dict[str, str],
+                 gradient_names: Dict[str, str], session: _Session) -> None:
+        self._hooks = hooks
+        self._session = session
+        self.names = names
+        self.gradient_names = gradient_names
+
+    @property
+    def error(self) -> dumpd.DaemonError | None:
+        return self._session.error
+
+    def remove(self) -> None:
+        """Removes all hooks (idempotent)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def __enter__(self) -> "AttachHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
+           outputs: bool = True, backward: bool = False, prefix: str = "Default",
+           errors: str = "raise") -> AttachHandle:
+    """Hooks every leaf module of `model` so each call dumps its inputs and outputs.
+
+    inputs/outputs: which sides to dump at all (the job config's input_output and kernel
+    filters apply on top). backward: also dump gradients via full backward hooks.
+    prefix: the first component of every full name ("Default", as in MindSpore).
+    errors: what a DaemonError in a hook does (the daemon died, the session ended):
+    "raise" propagates it out of the model's forward/backward; "warn" issues one
+    RuntimeWarning and stops dumping, so training goes on (``handle.error`` keeps it).
+    Returns an :class:`AttachHandle`; call ``.remove()`` to detach.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(client, dumpd.Client):
+        raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
+    _check_errors(errors)
+    session = _Session(client, errors)
+    # A model on CUDA: pin the ring and set up staging now, not inside the first dumped step.
+    devices = {t.device.index for t in list(model.parameters()) + list(model.buffers())
+               if t.is_cuda}
+    if devices and dumpd.cuda_unavailable_reason() is None:
+        for index in sorted(devices):
+            client.prepare_cuda(index)
+    modules = dict(model.named_modules())
+    hooks: List[Any] = []
+    names: Dict[str, str] = {}
+    gradient_names: Dict[str, str] = {}
+    try:
+        for path, (op_type, name) in op_names(model, prefix).items():
+            module = modules[path]
+            names[path] = name
+            in_place = bool(getattr(module, "inplace", False))
+            if inputs and in_place:
+                hooks.append(module.register_forward_pre_hook(
+                    _Hook(session, "pre", op_type, name, True, False)))
+            if outputs or (inputs and not in_place):
+                hooks.append(module.register_forward_hook(
+                    _Hook(session, "forward", op_type, name, inputs and not in_place, outputs)))
+            if backward:
+                grad_type = op_type + "Grad"
+                grad_name = _gradient_name(name, op_type)
+                gradient_names[path] = grad_name
+                hooks.append(module.register_full_backward_hook(
+                    _Hook(session, "backward", grad_type, grad_name, inputs, outputs)))
+    except BaseException:
+        for h in hooks:
+            h.remove()
+        raise
+    return AttachHandle(hooks, names, gradient_names, session)
+

@@ -1,0 +1,170 @@
+"""Turning tensors into dump_op items: dtype tables, dump-once identities, CUDA tensors as
+dumpd.DeviceArray, nested outputs flattened one slot per leaf."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+
+import torch
+
+import dumpd
+
+if TYPE_CHECKING:
+    from dumpd.torch._session import _Session
+
+# Tensor dtypes .numpy() represents exactly, as dumpd dtypes of the same name.
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
+
+
+# dumpd dtype names of the tensor dtypes a CUDA tensor can be dumped as (bytes as they are).
+_DEVICE_DTYPES = {
+    torch.bool: "bool",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.int16: "int16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _DEVICE_DTYPES[getattr(torch, _name)] = _name
+
+
+class _Identities:
+    """Dump once: one identity per (tensor object, version counter). Within a step, the very
+    tensor dumped again (a module's output as the next module's input), unchanged since, gets
+    the identity it had, and the client sends a reference instead of its bytes. An entry goes
+    away with its tensor (weakref), so a new tensor can never inherit an identity."""
+
+    __slots__ = ("entries", "next")
+
+    def __init__(self) -> None:
+        self.entries: Dict[int, Tuple[Any, int, int]] = {}
+        self.next = 1
+
+    def of(self, t: torch.Tensor) -> int | None:
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            return None
+        key = id(t)
+        entry = self.entries.get(key)
+        if entry is not None and entry[0]() is t and entry[1] == version:
+            return entry[2]
+        identity = self.next
+        self.next += 1
+        entries = self.entries
+
+        def gone(ref: Any, key: int = key) -> None:
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        try:
+            self.entries[key] = (weakref.ref(t, gone), version, identity)
+        except TypeError:
+            return None
+        return identity
+
+
+class _Items:
+    """Builds one op's dump items. CUDA tensors become dumpd.DeviceArray (no host copy);
+    temporaries made for them (contiguous copies) stay referenced in `keep` until the op is
+    enqueued, so the allocator cannot hand their memory to another tensor of the same op."""
+
+    __slots__ = ("session", "keep", "cuda_device")
+
+    def __init__(self, session: "_Session") -> None:
+        self.session = session
+        self.keep: List[Any] = []
+        self.cuda_device: int | None = None
+
+    def item(self, value: Any) -> Any:
+        """One dump_op item for `value`: an array, an (array, dtype) pair, or None."""
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            return None
+        if value.is_quantized or value.device.type == "meta":
+            return None
+        item = self.plain_item(value)
+        if item is None or not value.is_contiguous():
+            return item  # a contiguous copy is new each time: nothing to repeat
+        identity = self.session.identities.of(value)
+        if isinstance(item, tuple):
+            return (item[0], item[1], identity)
+        return (item, None, identity)
+
+    def plain_item(self, value: torch.Tensor) -> Any:
+        t = value.detach()
+        if (t.device.type == "cuda" and t.dtype in _DEVICE_DTYPES and
+                self.session.cuda_on_device()):
+            return self.device_item(t)
+        if t.dtype not in _NUMPY_DTYPES and t.dtype != torch.bfloat16:
+            return None
+        if t.device.type != "cpu":
+            t = t.cpu()  # synchronous host copy (non-CUDA devices, cuda_fallback="host")
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        if t.dtype == torch.bfloat16:
+            # Same element size, so this is a view (no copy) of the raw bfloat16 bits.
+            return (t.view(torch.int16).numpy(), "bfloat16")
+        # Shares memory; a non-contiguous view is made contiguous by the client (one copy).
+        return t.numpy()
+
+    def device_item(self, t: torch.Tensor) -> Any:
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        if not t.is_contiguous():
+            t = t.contiguous()  # on the current stream, like the snapshot after it
+            self.keep.append(t)
+        device = t.device.index
+        if self.cuda_device is None:
+            self.cuda_device = device
+        return dumpd.DeviceArray(t.data_ptr(), t.shape, _DEVICE_DTYPES[t.dtype], device)
+
+    def flatten(self, value: Any, out: List[Any]) -> None:
+        """Appends the dump items of `value` (tensor, or nested tuple/list/dict of them)."""
+        if isinstance(value, (tuple, list)):
+            for v in value:
+                self.flatten(v, out)
+        elif isinstance(value, dict):
+            for v in value.values():
+                self.flatten(v, out)
+        else:
+            out.append(self.item(value))
+
+    def of(self, value: Any) -> List[Any]:
+        out: List[Any] = []
+        self.flatten(value, out)
+        return out
+
+    def stream(self) -> int | None:
+        """The current stream of the op's CUDA device: the snapshot is enqueued on it."""
+        if self.cuda_device is None:
+            return None
+        return torch.cuda.current_stream(self.cuda_device).cuda_stream
+
