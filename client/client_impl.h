@@ -1,0 +1,225 @@
+// Client's state and the record-building steps its methods share (client/client.h); internal
+// to dumpd_client. Client's methods are in client.cc, its connection set-up (Hello/Welcome) in
+// client_connect.cc.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/element_count.h"
+#include "client/client.h"
+#include "client/device_pipeline.h"
+#include "client/dump_once.h"
+#include "ipc/frame.h"
+#include "ipc/op_codec.h"
+#include "ipc/shm_ring.h"
+#include "ipc/socket_io.h"
+#include "proto/dumpd.pb.h"
+
+namespace dumpd::client {
+
+// How long one wait for ring space lasts before the daemon's liveness is checked again.
+inline constexpr int kLivenessSliceMs = 200;
+
+struct Client::Impl {
+  Options options;
+  config::DumpPlan plan;
+  std::optional<config::Filter> filter;
+  uint32_t rank = 0;
+  uint32_t device = 0;
+  std::optional<ipc::RingProducer> ring;
+  UniqueFd sock;
+  ipc::FrameDecoder decoder;
+  ipc::Backpressure backpressure = ipc::Backpressure::kBlock;
+  int block_timeout_ms = -1;
+  uint64_t session_id = 0;
+  uint32_t iteration = 0;
+  uint32_t graph_id = 0;
+  bool step_selected = true;
+  // The job saves statistics only: CUDA tensors send theirs, computed on the device.
+  bool device_statistics = false;
+  bool closed = false;
+  std::string fatal;  // set once the daemon ended the session
+  uint64_t flush_token = 0;
+  Stats stats;
+  // Reused per call so the hot path does not allocate once warm.
+  std::vector<ipc::TensorSpec> specs;
+  std::vector<const Tensor*> selected;
+  std::vector<std::byte*> payloads;
+  std::vector<int64_t> shape_scratch;
+  std::vector<DeviceCopy> device_copies;
+  // Dump once: what this step sent, and this op's references (spec index -> target; a
+  // target sequence of 0 is a tensor of the record being built).
+  DumpOnceTable once;
+  struct SameRef {
+    size_t spec;
+    DumpOnceTable::Ref target;
+  };
+  std::vector<SameRef> same_refs;
+  std::vector<size_t> memo_specs;
+  // Device tensors: created at the first one. Declared after `ring`: destroyed first (it
+  // unpins the ring and must wait for copies into it).
+  std::unique_ptr<DevicePipeline> pipeline;
+
+  Status ensurePipeline() {
+    if (pipeline) return {};
+    std::shared_ptr<DeviceApi> api = options.device_api;
+    if (!api) {
+      auto cuda = cudaDevice();
+      if (!cuda) return cuda.error();
+      api = cuda.value();
+    }
+    pipeline = std::make_unique<DevicePipeline>(api, *ring, options.device_staging_bytes);
+    return {};
+  }
+
+  // Checks the op's selected CUDA tensors: all on one device, with data. Returns that device
+  // (-1 when the op has no CUDA tensor).
+  Result<int> opDevice(const OpCall& op) const {
+    int device = -1;
+    for (const Tensor& t : op.tensors) {
+      if (t.memory != Memory::kCuda || !filter->ioSelected(t.io)) continue;
+      if (t.data == nullptr && t.bytes != 0) {
+        return makeError(ErrorCode::kInvalidArgument, "CUDA tensor slot " + std::to_string(t.slot) +
+                                                          " of " + std::string(op.op_name) +
+                                                          " has no data pointer");
+      }
+      if (device >= 0 && t.device != device) {
+        return makeError(ErrorCode::kInvalidArgument,
+                         "the CUDA tensors of " + std::string(op.op_name) + " live on devices " +
+                             std::to_string(device) + " and " + std::to_string(t.device) +
+                             "; dump them as separate ops");
+      }
+      device = t.device;
+    }
+    return device;
+  }
+
+  // Dump once: makes `s`, the spec of `t` about to be appended to `specs`, a reference when
+  // `t` repeats a tensor sent this step or earlier in this op; else flags it to be remembered.
+  void markRepeat(const Tensor& t, ipc::TensorSpec& s) {
+    std::optional<DumpOnceTable::Ref> target = once.find(t);
+    for (size_t j = 0; !target && j < memo_specs.size(); ++j) {  // twice in one op: x + x
+      if (DumpOnceTable::sameTensor(*selected[memo_specs[j]], t)) {
+        target = DumpOnceTable::Ref{0, static_cast<uint32_t>(memo_specs[j])};
+      }
+    }
+    if (target) {
+      s.payload = ipc::PayloadKind::kSame;
+      s.data_bytes = sizeof(ipc::SamePayload);
+      same_refs.push_back({specs.size(), *target});
+    } else if (once.canRemember(memo_specs.size())) {
+      s.memo = true;
+      memo_specs.push_back(specs.size());
+    }
+  }
+
+  void updateStepSelected() {
+    step_selected = filter->deviceSelected(device) && filter->iterationSelected(iteration);
+  }
+
+  Error dead() const {
+    return makeError(ErrorCode::kUnavailable, closed ? "client is closed" : fatal);
+  }
+
+  // Reads any frame the daemon sent unasked (an Error ending the session). Non-blocking.
+  void pollDaemon() {
+    pollfd p{sock.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return;
+    std::vector<UniqueFd> fds;
+    const ssize_t n = ipc::recvWithFds(sock.get(), decoder, fds);
+    if (n == 0) {
+      fatal = "dumpd closed the session";
+      return;
+    }
+    for (;;) {
+      auto env = decoder.next();
+      if (!env) {
+        fatal = env.error().message;
+        return;
+      }
+      if (!env.value()) return;
+      if (env.value()->has_error()) {
+        fatal = "dumpd ended the session: " + env.value()->error().message();
+        return;
+      }
+    }
+  }
+
+  // The daemon marked the ring closing (SIGTERM or it ended the session): every record
+  // committed before is written; nothing new can start.
+  Error closingError() {
+    if (fatal.empty()) fatal = "dumpd is shutting down: the dump session is closed";
+    return makeError(ErrorCode::kUnavailable, fatal);
+  }
+
+  // Waits for ring space under the block policy, watching the daemon's liveness.
+  Status waitForSpace(uint64_t body) {
+    ++stats.blocked_waits;
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      if (ring->waitForSpace(body, kLivenessSliceMs)) return {};
+      if (ring->closing()) return closingError();
+      pollDaemon();
+      if (!fatal.empty()) return dead();
+      if (block_timeout_ms > 0 &&
+          std::chrono::steady_clock::now() - start > std::chrono::milliseconds(block_timeout_ms)) {
+        return makeError(ErrorCode::kTimeout, "ring full for " + std::to_string(block_timeout_ms) +
+                                                  " ms (block policy); dumpd is not keeping up");
+      }
+    }
+  }
+
+  // Reserves `body` bytes. nullptr with ok status = dropped (drop policy).
+  Result<std::byte*> reserve(ipc::RecordKind kind, uint64_t body, bool may_drop) {
+    if (body > ring->maxBodyBytes()) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "record of " + std::to_string(body) + " bytes does not fit the ring of " +
+                           std::to_string(ring->capacity()) + " bytes; raise ring_bytes");
+    }
+    for (;;) {
+      std::byte* p = ring->tryReserve(kind, body);
+      if (p != nullptr) return p;
+      if (ring->closing()) return closingError();
+      if (may_drop && backpressure == ipc::Backpressure::kDrop) return nullptr;
+      if (Status s = waitForSpace(body); !s) return s.error();
+    }
+  }
+
+  // `device_payload`: the payload is the bytes of this CUDA tensor, copied by the pipeline.
+  Status sendControl(const v1::Control& ctl, const void* payload, uint64_t payload_bytes,
+                     const Tensor* device_payload = nullptr) {
+    if (closed || !fatal.empty()) return dead();
+    if (device_payload != nullptr) {
+      if (Status s = ensurePipeline(); !s) return s;
+    }
+    const uint64_t ctl_bytes = ctl.ByteSizeLong();
+    const uint64_t payload_off = ipc::alignUp(8 + ctl_bytes, 8);
+    const uint64_t body = payload_off + payload_bytes;
+    auto r = reserve(ipc::RecordKind::kControl, body, /*may_drop=*/false);
+    if (!r) return r.error();
+    std::byte* p = r.value();
+    const uint32_t len = static_cast<uint32_t>(ctl_bytes);
+    std::memcpy(p, &len, 4);
+    std::memset(p + 4, 0, 4);
+    ctl.SerializeToArray(p + 8, static_cast<int>(ctl_bytes));
+    ++stats.records_committed;
+    if (device_payload != nullptr && payload_bytes != 0) {
+      const DeviceCopy copy{p + payload_off, payload, payload_bytes};
+      return pipeline->submit(ring->reservedSequence(), device_payload->device, nullptr,
+                              std::span(&copy, 1), 1);
+    }
+    if (payload_bytes != 0) std::memcpy(p + payload_off, payload, payload_bytes);
+    ring->commit();
+    return {};
+  }
+};
+
+}  // namespace dumpd::client
