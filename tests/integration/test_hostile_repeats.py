@@ -3,8 +3,8 @@
 A "same tensor" record is 16 bytes; the daemon turns it into a hard link, or, past
 max_links_per_file or where the file system refuses a link, into a new first file that is
 charged to the job's quota and the free-space floor like any payload. These scenarios run the
-real dumpd with the hostile harness of test_hostile.py (a benign client beside, a status probe,
-SIGTERM at the end) and raw clients (rawclient.py agents) running as uid 1234.
+real dumpd with the hostile harness (hostile_harness.py: a benign client beside, a status
+probe, SIGTERM at the end) and raw clients (rawclient.py agents) running as uid 1234.
 """
 
 import os
@@ -18,7 +18,7 @@ from conftest import wait_for
 
 # The harness, its fixture and helpers (importing the module skips this one too when the
 # hostile tests cannot run: they need root).
-from test_hostile import UID_A, harness, job_config, make_dir, write_job  # noqa: F401
+from hostile_harness import UID_A, harness, job_config, make_dir, write_job  # noqa: F401
 
 MiB = 1 << 20
 FIRST_BYTES = 4 * MiB  # the flagged tensor: 1 Mi float32
