@@ -3,20 +3,25 @@ a well-behaved client beside the hostile ones, and the checks every scenario end
 
 Every scenario runs a real `dumpd` (build/bin/dumpd) with small limits (BASE_SETTINGS), a
 BENIGN client (a dumpd.Client in its own process that dumps one tensor per iteration and
-flushes, reporting each flush's latency) and a status probe (`dumpctl status --json` in a loop).
-Whatever the hostile client does, the test asserts at the end (Harness.finish):
+flushes) and a status probe (`dumpctl status --json` in a loop). Whatever the hostile client
+does, the scenario ends with Harness.finish, which asserts events, each within a generous
+deadline (DEADLINE_S) that only a stall or a hang exceeds:
 
-  * every flush of the benign client completed within 1 s, and its files hold exactly what it
-    dumped (np.load);
-  * every `dumpctl status` answered within 1 s;
-  * SIGTERM ends dumpd with exit code 0 within shutdown_timeout_ms + 5 s (+ EXIT_SLACK_S).
+  * with the hostile clients still in place, the benign client completes FLUSHES_AT_END more
+    flushes; every flush it made was answered, counted its tensor as written, and its files
+    hold exactly what it dumped (np.load);
+  * every `dumpctl status` answered, with dumpd's own pid;
+  * SIGTERM ends dumpd with exit code 0.
+
+How *fast* dumpd answers under attack is a figure, not a pass/fail bound on a shared 2-core
+machine: bench/hostile_bench.py measures it (row 8 of bench/run, docs/performance.md).
 
 Hostile clients are raw protocol clients from rawclient.py (their own memfd ring, Hello and
 control words), or agent processes of rawclient.py (rawagent.Agent) running as uid 1234/1235.
 
 The settings use worker_priority "normal": with "idle" (SCHED_IDLE) the daemon's writers only
 get CPU time the test processes leave over, and on a 2-core machine the test's own busy loops
-would then make the benign flushes slow for a reason that has nothing to do with isolation.
+would then starve them for a reason that has nothing to do with isolation.
 
 Needs root (a second uid, setpriv, chown): importing this module skips the importing test
 module otherwise.
@@ -55,10 +60,14 @@ BASE_SETTINGS = {
     "min_free_bytes": 0,
     "worker_priority": "normal",  # see the module docstring
 }
-LATENCY_LIMIT_S = 1.0
-# dumpd's own give-up timer fires exactly at shutdown_timeout_ms + 5 s (Server::kShutdownGrace);
-# this much more is allowed for the process to exit and for the measurement itself.
-EXIT_SLACK_S = 0.5
+# The deadline for any one event the scenarios wait for (a flush answered, status answered, a
+# session gone, dumpd exited past its own timers). Generous on purpose: a loaded CI machine
+# may make an answer take seconds, a stall or a hang takes forever. It is also the benign
+# agent's flush timeout (rawclient.py agent_benign: flush(timeout=30)).
+DEADLINE_S = 30.0
+# At the end of each scenario, with the hostile clients still there, the benign client must
+# complete this many more flushes.
+FLUSHES_AT_END = 3
 BENIGN_ELEMENTS = 256
 
 
@@ -139,9 +148,6 @@ def tree_snapshot(root):
     return out
 
 
-# ---------------------------------------------------------------- agent processes
-
-
 def values(i, n=16):
     return np.arange(n, dtype=np.float32) + np.float32(i)
 
@@ -167,17 +173,18 @@ class BenignClient:
     def flushes(self):
         return self.agent.of("flush")
 
-    def wait_started(self, timeout=30):
+    def wait_started(self, timeout=DEADLINE_S):
         return self.agent.wait(lambda e: e["event"] in ("flush", "error"), timeout,
                                "the benign client's first flush")
 
-    def wait_flushes(self, n, after=None, timeout=30):
+    def wait_flushes(self, n, after=None, timeout=DEADLINE_S):
+        """The first `n` flushes completed after `after` (default: now), within `timeout`."""
         after = time.monotonic() if after is None else after
         deadline = time.monotonic() + timeout
         while True:
             got = [e for e in self.flushes() if e["at"] > after]
             if len(got) >= n:
-                return got
+                return got[:n]
             errors = self.agent.of("error")
             assert not errors, errors
             assert time.monotonic() < deadline, (
@@ -199,16 +206,20 @@ class BenignClient:
         return self.wait_end(timeout)
 
     def problems(self, expect_error=False):
+        """Each flush was answered (the agent's flush times out at DEADLINE_S and reports an
+        error), its counts are exact, and the files hold what was dumped."""
         out = []
         flushes = self.flushes()
         if not flushes:
             out.append("benign client made no flush at all")
-        slow = [e for e in flushes if e["latency"] >= LATENCY_LIMIT_S]
-        if slow:
-            worst = max(slow, key=lambda e: e["latency"])
-            out.append(f"{len(slow)} of {len(flushes)} benign flushes took >= "
-                       f"{LATENCY_LIMIT_S} s (worst {worst['latency']:.3f} s at iteration "
-                       f"{worst['it']})")
+        dumped = 0
+        for e in flushes:
+            dumped += bool(e["dumped"])
+            if not e["dumped"] or e["written"] != dumped or e["last_error"]:
+                out.append(f"benign flush at iteration {e['it']}: dump() returned "
+                           f"{e['dumped']}, {e['written']} tensors written of {dumped} "
+                           f"dumped, last_error {e['last_error']!r}")
+                break
         errors = self.agent.of("error")
         if errors and not expect_error:
             out.append(f"benign client failed: {errors}")
@@ -238,12 +249,13 @@ class BenignClient:
 
 
 class StatusProbe:
-    """`dumpctl status --json` in a loop on a thread, recording each call's latency."""
+    """`dumpctl status --json` in a loop on a thread; each call must answer (within
+    DEADLINE_S) with dumpd's pid."""
 
-    def __init__(self, socket_path, period=0.05):
-        self.socket = socket_path
+    def __init__(self, socket_path, pid, period=0.05):
+        self.socket, self.pid = socket_path, pid
         self.period = period
-        self.samples = []  # (start, latency, ok, detail)
+        self.samples = []  # (latency, ok, detail)
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
@@ -253,49 +265,28 @@ class StatusProbe:
             t0 = time.monotonic()
             try:
                 out = subprocess.run([DUMPCTL, "--socket", self.socket, "status", "--json"],
-                                     capture_output=True, text=True, timeout=10)
+                                     capture_output=True, text=True, timeout=DEADLINE_S)
                 ok = out.returncode == 0
                 detail = out.stderr.strip()
-                if ok:
-                    json.loads(out.stdout)
-            except (subprocess.TimeoutExpired, ValueError) as e:
+                if ok and json.loads(out.stdout)["pid"] != self.pid:
+                    ok, detail = False, f"status of another process: {out.stdout[:200]}"
+            except (subprocess.TimeoutExpired, ValueError, KeyError) as e:
                 ok, detail = False, repr(e)
-            self.samples.append((t0, time.monotonic() - t0, ok, detail))
+            self.samples.append((time.monotonic() - t0, ok, detail))
             self._stop.wait(self.period)
 
     def stop(self):
         self._stop.set()
-        self._t.join(timeout=30)
+        self._t.join(timeout=DEADLINE_S + 5)
 
     def problems(self):
         if not self.samples:
             return ["the status probe made no call"]
-        out = []
-        bad = [s for s in self.samples if not s[2]]
+        bad = [s for s in self.samples if not s[1]]
         if bad:
-            out.append(f"{len(bad)} of {len(self.samples)} dumpctl status calls failed: "
-                       f"{bad[0][3]}")
-        worst = max(s[1] for s in self.samples)
-        if worst >= LATENCY_LIMIT_S:
-            n = sum(1 for s in self.samples if s[1] >= LATENCY_LIMIT_S)
-            out.append(f"{n} of {len(self.samples)} dumpctl status calls took >= "
-                       f"{LATENCY_LIMIT_S} s (worst {worst:.3f} s)")
-        return out
-
-
-def dumpctl_status(socket_path, uid=None):
-    """(status JSON, latency) of one `dumpctl status --json`, run as `uid` through setpriv."""
-    cmd = [DUMPCTL, "--socket", socket_path, "status", "--json"]
-    if uid is not None:
-        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + cmd
-    t0 = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    latency = time.monotonic() - t0
-    assert out.returncode == 0, f"dumpctl status as uid {uid}: {out.stderr}"
-    return json.loads(out.stdout), latency
-
-
-# ---------------------------------------------------------------- the harness
+            return [f"{len(bad)} of {len(self.samples)} dumpctl status calls failed: "
+                    f"{bad[0][2]}"]
+        return []
 
 
 # ---------------------------------------------------------------- the harness
@@ -323,7 +314,7 @@ class Harness:
         self.cleanups = []
         self.agents = []
         self.finished = False
-        self.probe = StatusProbe(self.socket)
+        self.probe = StatusProbe(self.socket, self.pid)
         self.benign = None
         if benign:
             self.benign = BenignClient(self)
@@ -342,15 +333,24 @@ class Harness:
         return b
 
     def raw_session(self, root, config, **kwargs):
-        """A RawSession as root (this process); closed after dumpd has stopped."""
+        """A RawSession as root (this process); closed after dumpd has stopped. Its Welcome
+        (or refusal) is awaited for DEADLINE_S unless `timeout` says otherwise."""
         cfg = config if isinstance(config, str) else json.dumps(config)
+        kwargs.setdefault("timeout", DEADLINE_S)
         s = rc.RawSession(self.socket, cfg, str(root), **kwargs)
         self.cleanups.append(s.close)
         return s
 
     def status(self, uid=None):
-        st, latency = dumpctl_status(self.socket, uid)
-        assert latency < LATENCY_LIMIT_S, f"dumpctl status took {latency:.3f} s"
+        """One `dumpctl status --json` (as `uid`, through setpriv): it must answer within
+        DEADLINE_S, and with this dumpd's pid."""
+        cmd = [DUMPCTL, "--socket", self.socket, "status", "--json"]
+        if uid is not None:
+            cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + cmd
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE_S)
+        assert out.returncode == 0, f"dumpctl status as uid {uid}: {out.stderr}"
+        st = json.loads(out.stdout)
+        assert st["pid"] == self.pid, st
         return st
 
     def session_of_rank(self, rank, st=None):
@@ -364,24 +364,32 @@ class Harness:
         return self.daemon.log_path.read_bytes()
 
     def exit_limit_s(self):
-        return self.settings["shutdown_timeout_ms"] / 1000.0 + 5.0 + EXIT_SLACK_S
+        # dumpd's own give-up timer fires at shutdown_timeout_ms + 5 s (Server::kShutdownGrace)
+        # whatever its sessions do; past that, a dumpd still running is hung.
+        return self.settings["shutdown_timeout_ms"] / 1000.0 + 5.0 + DEADLINE_S
 
     def sigterm(self):
         """SIGTERM; returns (exit code, seconds it took)."""
         t0 = time.monotonic()
         self.daemon.proc.send_signal(signal.SIGTERM)
         try:
-            code = self.daemon.proc.wait(timeout=self.exit_limit_s() + 30)
+            code = self.daemon.proc.wait(timeout=self.exit_limit_s())
         except subprocess.TimeoutExpired:
             self.daemon.proc.kill()
-            code = "killed after hanging"
+            code = f"killed, still running {self.exit_limit_s():.0f} s after SIGTERM"
         return code, time.monotonic() - t0
 
     def finish(self, stop_benign_first=True, benign_expect_error=False, then=None):
-        """The common end of every scenario: stop the benign client (or leave it running
-        through the SIGTERM), stop the probe, SIGTERM dumpd; then assert everything, with
-        the problems `then()` (run after dumpd exited) returns."""
+        """The common end of every scenario: the benign client flushes again with the hostile
+        clients still in place; stop it (or leave it running through the SIGTERM), stop the
+        probe, SIGTERM dumpd; then assert everything, with the problems `then()` (run after
+        dumpd exited) returns."""
         problems = []
+        if self.benign is not None and not self.benign.stopped:
+            try:
+                self.benign.wait_flushes(FLUSHES_AT_END)
+            except AssertionError as e:
+                problems.append(f"benign flushes stopped completing: {e}")
         if self.benign is not None and stop_benign_first:
             end = self.benign.stop()
             if end["event"] != "done":
@@ -396,11 +404,13 @@ class Harness:
             problems += self.benign.problems(expect_error=benign_expect_error)
         if code != 0:
             problems.append(f"dumpd exited with {code} after SIGTERM")
-        if took > self.exit_limit_s():
-            problems.append(f"dumpd took {took:.2f} s to exit after SIGTERM (limit "
-                            f"{self.exit_limit_s():.1f} s)")
         self.took = took
-        print(f"dumpd exited with {code} {took:.2f} s after SIGTERM")  # shown with -rP / -s
+        # Shown with -rP / -s: the figures the old 1 s bounds were about, for the curious.
+        flush_s = max((e["latency"] for e in self.benign.flushes()), default=0) \
+            if self.benign is not None else 0
+        status_s = max((s[0] for s in self.probe.samples), default=0)
+        print(f"dumpd exited with {code} {took:.2f} s after SIGTERM; slowest benign flush "
+              f"{flush_s:.3f} s, slowest status {status_s:.3f} s")
         if then is not None:
             problems += then()
         self.abort()
@@ -471,7 +481,7 @@ class Committer:
 
     def stop(self):
         self._stop.set()
-        self._t.join(timeout=30)
+        self._t.join(timeout=DEADLINE_S)
 
     def join(self, timeout):
         self._t.join(timeout)

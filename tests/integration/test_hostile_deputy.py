@@ -8,8 +8,8 @@ import os
 import pytest
 
 from conftest import wait_for
-from hostile_harness import (UID_A, UID_B, harness, job_config, make_dir,  # noqa: F401
-                             tree_snapshot, values)
+from hostile_harness import (DEADLINE_S, UID_A, UID_B, harness, job_config,  # noqa: F401
+                             make_dir, tree_snapshot, values)
 import rawclient as rc
 
 
@@ -125,16 +125,16 @@ def test_control_characters_from_clients_reach_the_log_escaped(harness, workdir)
     s.ring.commit_op(0, 0, "Default/Good-op0", values(1), op_type="Good")
     s.flush()
     s.conn.send(rc.goodbye())
-    s.conn.recv_until_eof()
+    s.conn.recv_until_eof(timeout=DEADLINE_S)
     # A record whose size does not match its shape: the error quotes the op name.
     s2 = h.raw_session(root, job_config(root), rank=2)
     s2.ring.commit_op(0, 0, "Default/" + EVIL + "-op0", values(1), dtype=11)  # float64 != bytes
-    end = s2.conn.recv_until_eof()
+    end = s2.conn.recv_until_eof(timeout=DEADLINE_S)
     assert end and end[0].HasField("error"), end
     # An invalid net name: the validator's message.
     with pytest.raises(rc.SessionRefused):
         h.raw_session(root, job_config(root, net_name="n" + EVIL), rank=3)
-    wait_for(lambda: b"unused kernel in job config: evil" in h.log(), 10,
+    wait_for(lambda: b"unused kernel in job config: evil" in h.log(), DEADLINE_S,
              "the unused-kernel warning")
     h.finish()
     log = h.log()
