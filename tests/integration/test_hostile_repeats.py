@@ -3,8 +3,8 @@
 A "same tensor" record is 16 bytes; the daemon turns it into a hard link, or, past
 max_links_per_file or where the file system refuses a link, into a new first file that is
 charged to the job's quota and the free-space floor like any payload. These scenarios run the
-real dumpd with the hostile harness of test_hostile.py (a benign client beside, a status probe,
-SIGTERM at the end) and raw clients (rawclient.py agents) running as uid 1234.
+real dumpd with the hostile harness (hostile_harness.py: a benign client beside, a status
+probe, SIGTERM at the end) and raw clients (rawclient.py agents) running as uid 1234.
 """
 
 import os
@@ -18,7 +18,8 @@ from conftest import wait_for
 
 # The harness, its fixture and helpers (importing the module skips this one too when the
 # hostile tests cannot run: they need root).
-from test_hostile import UID_A, harness, job_config, make_dir, write_job  # noqa: F401
+from hostile_harness import (DEADLINE_S, UID_A, harness, job_config, make_dir,  # noqa: F401
+                             write_job)
 
 MiB = 1 << 20
 FIRST_BYTES = 4 * MiB  # the flagged tensor: 1 Mi float32
@@ -67,7 +68,8 @@ def test_references_to_one_tensor_end_at_the_quota(harness, workdir):
         np.testing.assert_array_equal(np.load(paths[-1]), np.arange(MiB, dtype=np.float32))
         assert all(os.lstat(p).st_uid == UID_A for p in paths)
     # Status figures are refreshed once a second.
-    wait_for(lambda: "quota" in h.session_of_rank(3)["stop_reason"], 10, "the stop reason")
+    wait_for(lambda: "quota" in h.session_of_rank(3)["stop_reason"], DEADLINE_S,
+             "the stop reason")
     a.finish()
     h.finish()
 
@@ -104,7 +106,7 @@ def test_new_first_files_stop_at_the_free_space_floor(harness, small_tmpfs):
     assert free >= floor - 256 * 1024, f"{free} bytes free, floor {floor}"
     _, sizes = inodes(root)
     assert len(sizes) >= 2, "no new first file was written before the floor"
-    wait_for(lambda: "min_free_bytes" in h.session_of_rank(4)["stop_reason"], 10,
+    wait_for(lambda: "min_free_bytes" in h.session_of_rank(4)["stop_reason"], DEADLINE_S,
              "the stop reason")
     a.finish()
     h.finish()
@@ -116,7 +118,7 @@ def test_forged_device_statistics_end_only_their_session(harness, workdir, forge
     root = make_dir(workdir / f"stats-{forge}", owner=UID_A)
     config = job_config(root, saved_data="statistic", op_debug_mode=3)
     a = start_agent(h, "stats", root, 5, "--forge", forge, config=config)
-    ev = outcome(a, 30)
+    ev = outcome(a, DEADLINE_S)
     assert ev["event"] == "refused", ev
     log = h.log().decode(errors="replace")
     assert "device statistics" in ev["message"] + log and "are corrupt" in ev["message"] + log
@@ -125,7 +127,7 @@ def test_forged_device_statistics_end_only_their_session(harness, workdir, forge
     ok_root = make_dir(workdir / f"stats-ok-{forge}", owner=UID_A)
     ok = start_agent(h, "stats", ok_root, 6, "--forge", "none",
                      config=job_config(ok_root, saved_data="statistic"))
-    ev = outcome(ok, 30)
+    ev = outcome(ok, DEADLINE_S)
     assert ev["event"] == "flushed" and ev["written"] == 1, ev
     a.finish()
     ok.finish()
@@ -137,7 +139,7 @@ def test_a_repeat_with_a_reserved_field_set_ends_only_its_session(harness, workd
     root = make_dir(workdir / "same-reserved", owner=UID_A)
     a = start_agent(h, "repeats", root, 8, "--elements", 16, "--count", 3,
                     "--forge", "same-reserved")
-    ev = outcome(a, 30)
+    ev = outcome(a, DEADLINE_S)
     assert ev["event"] == "refused", ev
     assert "non-zero reserved field" in ev["message"] + h.log().decode(errors="replace")
     a.finish()
