@@ -107,7 +107,10 @@ Result<void*> FakeDevice::allocate(size_t bytes) {
   return p;
 }
 
+// Like cudaFree, freeing waits for the work already queued on every stream: a kernel
+// enqueued before the free may still be using the memory.
 void FakeDevice::free(void* p) {
+  synchronize();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = allocations_.begin(); it != allocations_.end(); ++it) {
     if (it->first == reinterpret_cast<uintptr_t>(p)) {
