@@ -45,7 +45,7 @@ if os.geteuid() != 0:
                 allow_module_level=True)
 
 import rawclient as rc  # noqa: E402  (after the skip: it generates protobuf code)
-from rawagent import Agent  # noqa: E402
+from rawagent import Agent, StatusLoop  # noqa: E402
 
 rc.pb2()  # once, before any agent starts: they find it through $DUMPD_TEST_PB2_DIR
 
@@ -248,41 +248,27 @@ class BenignClient:
         return out
 
 
-class StatusProbe:
-    """`dumpctl status --json` in a loop on a thread; each call must answer (within
+class StatusProbe(StatusLoop):
+    """`dumpctl status --json` every 50 ms on a thread; each call must answer (within
     DEADLINE_S) with dumpd's pid."""
 
-    def __init__(self, socket_path, pid, period=0.05):
-        self.socket, self.pid = socket_path, pid
-        self.period = period
-        self.samples = []  # (latency, ok, detail)
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
+    def __init__(self, socket_path, pid):
+        self.pid = pid
+        super().__init__(DUMPCTL, socket_path, period=0.05, timeout=DEADLINE_S,
+                         check=self._other_pid)
 
-    def _run(self):
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                out = subprocess.run([DUMPCTL, "--socket", self.socket, "status", "--json"],
-                                     capture_output=True, text=True, timeout=DEADLINE_S)
-                ok = out.returncode == 0
-                detail = out.stderr.strip()
-                if ok and json.loads(out.stdout)["pid"] != self.pid:
-                    ok, detail = False, f"status of another process: {out.stdout[:200]}"
-            except (subprocess.TimeoutExpired, ValueError, KeyError) as e:
-                ok, detail = False, repr(e)
-            self.samples.append((time.monotonic() - t0, ok, detail))
-            self._stop.wait(self.period)
-
-    def stop(self):
-        self._stop.set()
-        self._t.join(timeout=DEADLINE_S + 5)
+    def _other_pid(self, stdout):
+        try:
+            if json.loads(stdout)["pid"] == self.pid:
+                return None
+        except (ValueError, KeyError):
+            pass
+        return f"not the status of dumpd (pid {self.pid}): {stdout[:200]}"
 
     def problems(self):
         if not self.samples:
             return ["the status probe made no call"]
-        bad = [s for s in self.samples if not s[1]]
+        bad = [s for s in self.samples if s[2] is not None]
         if bad:
             return [f"{len(bad)} of {len(self.samples)} dumpctl status calls failed: "
                     f"{bad[0][2]}"]
@@ -408,7 +394,7 @@ class Harness:
         # Shown with -rP / -s: the figures the old 1 s bounds were about, for the curious.
         flush_s = max((e["latency"] for e in self.benign.flushes()), default=0) \
             if self.benign is not None else 0
-        status_s = max((s[0] for s in self.probe.samples), default=0)
+        status_s = max((s[1] for s in self.probe.samples), default=0)
         print(f"dumpd exited with {code} {took:.2f} s after SIGTERM; slowest benign flush "
               f"{flush_s:.3f} s, slowest status {status_s:.3f} s")
         if then is not None:

@@ -1,5 +1,6 @@
-"""The parent side of rawclient.py's agents: one `rawclient.py COMMAND` child process whose
-JSON lines are collected on a thread.
+"""The processes the hostile-client tests and their benchmark drive beside dumpd: Agent, one
+`rawclient.py COMMAND` child process whose JSON lines are collected on a thread, and
+StatusLoop, `dumpctl status --json` in a loop.
 
 Used by the hostile-client tests (hostile_harness.py) and by bench/hostile_bench.py, so it
 needs neither pytest nor root.
@@ -92,3 +93,34 @@ class Agent:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class StatusLoop:
+    """`dumpctl status --json` in a loop on a thread, `period` s apart (0: back to back).
+    `samples` holds (start, latency, problem) per call: problem is None, or why the call
+    failed (an exit code, no answer within `timeout`, or what `check(stdout)` returned)."""
+
+    def __init__(self, dumpctl, socket, period=0.05, timeout=30.0, check=lambda stdout: None):
+        self.cmd = [dumpctl, "--socket", socket, "status", "--json"]
+        self.period, self.timeout, self.check = period, timeout, check
+        self.samples = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                out = subprocess.run(self.cmd, capture_output=True, text=True,
+                                     timeout=self.timeout)
+                problem = (f"exit {out.returncode}: {out.stderr.strip()}" if out.returncode
+                           else self.check(out.stdout))
+            except subprocess.TimeoutExpired:
+                problem = f"no answer within {self.timeout} s"
+            self.samples.append((t0, time.monotonic() - t0, problem))
+            self._stop.wait(self.period)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join(timeout=self.timeout + 5)

@@ -1,4 +1,4 @@
-"""Raw dumpd protocol pieces for the hostile-client tests (tests/integration/test_hostile.py).
+"""Raw dumpd protocol pieces for the hostile-client tests (tests/integration/test_hostile_*.py).
 
 * `pb2()`: the dumpd.v1 messages, generated from proto/dumpd.proto with protoc at test time.
 * Framing: `encode_frame`, `Conn` (send with or without SCM_RIGHTS fds, read envelopes).
