@@ -7,12 +7,14 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,11 @@ class RecordingOwner final : public SessionOwner {
   bool finished = false;
 };
 
+// The bytes of `values` as a little-endian float32 payload (the tail of their .npy file).
+inline std::string floatBytes(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
 // A client's side of the ring: records written with ipc's writer API, as the client does.
 class TestProducer {
  public:
@@ -71,9 +78,25 @@ class TestProducer {
   uint64_t bytes() const { return ring_.mappedBytes(); }
   ipc::RingProducer& ring() { return ring_; }
 
-  // Reserves an op of graph 0 with one float32 output holding `values`, and fills it; the
-  // record stays open (the client is inside it) until commit(). `data_bytes` other than the
-  // values' size makes the record one the daemon must refuse. Returns its sequence.
+  // Reserves a record for `op` and copies payloads[i] into tensor i's payload (cut to its
+  // data_bytes; the rest stays zero). The record stays open (the client is inside it) until
+  // commit(). Returns its sequence, 0 when the ring refused it.
+  uint64_t reserve(const ipc::OpSpec& op, const std::vector<std::string>& payloads) {
+    EXPECT_TRUE(ipc::checkOpSpec(op).has_value());
+    std::byte* body = ring_.tryReserve(ipc::RecordKind::kOp, ipc::opBodyBytes(op));
+    EXPECT_NE(body, nullptr) << "the ring is full or closing";
+    if (body == nullptr) return 0;
+    std::vector<std::byte*> at(op.tensors.size());
+    ipc::writeOpDescriptors(body, op, at);
+    for (size_t i = 0; i < at.size() && i < payloads.size(); ++i) {
+      std::memcpy(at[i], payloads[i].data(),
+                  std::min<uint64_t>(payloads[i].size(), op.tensors[i].data_bytes));
+    }
+    return ring_.reservedSequence();
+  }
+  // An op "Add" `name` of graph 0 with one float32 output holding `values`, its timestamp its
+  // sequence (file names are predictable). `data_bytes` other than the values' size makes a
+  // record the daemon must refuse.
   uint64_t reserveOp(const std::string& name, uint32_t iteration, const std::vector<float>& values,
                      std::optional<uint64_t> data_bytes = std::nullopt) {
     const std::vector<int64_t> shape{static_cast<int64_t>(values.size())};
@@ -81,21 +104,14 @@ class TestProducer {
     t.io = 1;
     t.dtype = static_cast<uint8_t>(DType::kFloat32);
     t.shape = shape;
-    t.timestamp_us = ring_.reservedSequence() + 1;  // names the files predictably
+    t.timestamp_us = ring_.reservedSequence() + 1;
     t.data_bytes = data_bytes.value_or(values.size() * sizeof(float));
     ipc::OpSpec op;
     op.iteration = iteration;
     op.op_type = "Add";
     op.op_name = name;
     op.tensors = std::span(&t, 1);
-    EXPECT_TRUE(ipc::checkOpSpec(op).has_value());
-    std::byte* body = ring_.tryReserve(ipc::RecordKind::kOp, ipc::opBodyBytes(op));
-    EXPECT_NE(body, nullptr) << "the ring is full or closing";
-    if (body == nullptr) return 0;
-    std::byte* payload = nullptr;
-    ipc::writeOpDescriptors(body, op, std::span(&payload, 1));
-    std::memcpy(payload, values.data(), std::min<uint64_t>(t.data_bytes, values.size() * 4));
-    return ring_.reservedSequence();
+    return reserve(op, {floatBytes(values)});
   }
   void commit(uint64_t sequence) { ring_.commit(sequence); }
   uint64_t op(const std::string& name, uint32_t iteration, const std::vector<float>& values) {
@@ -103,29 +119,31 @@ class TestProducer {
     commit(seq);
     return seq;
   }
-  // A step mark (a control record), as Client::setStep sends it.
-  void step(uint32_t graph, uint32_t iteration) {
-    v1::Control ctl;
-    ctl.mutable_step()->set_graph_id(graph);
-    ctl.mutable_step()->set_iteration(iteration);
+  // A control record as the client writes it: the message's length, 4 zero bytes, the
+  // message, then `payload` at the next 8-byte boundary. Committed.
+  void control(const v1::Control& ctl, std::string_view payload = {}) {
     const std::string msg = ctl.SerializeAsString();
-    std::byte* body = ring_.tryReserve(ipc::RecordKind::kControl, ipc::alignUp(8 + msg.size(), 8));
+    const uint64_t payload_off = ipc::alignUp(8 + msg.size(), 8);
+    std::byte* body = ring_.tryReserve(ipc::RecordKind::kControl, payload_off + payload.size());
     ASSERT_NE(body, nullptr);
     const auto len = static_cast<uint32_t>(msg.size());
     std::memcpy(body, &len, 4);
     std::memset(body + 4, 0, 4);
     std::memcpy(body + 8, msg.data(), msg.size());
+    if (!payload.empty()) std::memcpy(body + payload_off, payload.data(), payload.size());
     ring_.commit();
+  }
+  // A step mark, as Client::setStep sends it.
+  void step(uint32_t graph, uint32_t iteration) {
+    v1::Control ctl;
+    ctl.mutable_step()->set_graph_id(graph);
+    ctl.mutable_step()->set_iteration(iteration);
+    control(ctl);
   }
 
  private:
   ipc::RingProducer ring_;
 };
-
-// The bytes of `values` as a little-endian float32 payload (the tail of their .npy file).
-inline std::string floatBytes(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-}
 
 // Regular files beneath `dir`, relative to it, sorted.
 inline std::vector<std::string> filesUnder(const storage::MemoryFileSystem& fs,
@@ -140,10 +158,12 @@ inline std::vector<std::string> filesUnder(const storage::MemoryFileSystem& fs,
   return out;
 }
 
-inline std::string jobConfig(const std::string& saved_data = "full") {
+inline std::string jobConfig(const std::string& saved_data = "full",
+                             const std::string& iteration = "all") {
   return R"({"common_dump_settings": {"dump_mode": 0, "path": "/dump", "net_name": "Net",
-    "iteration": "all", "saved_data": ")" +
-         saved_data + R"(", "input_output": 0, "kernels": [], "support_device": [0]},
+    "iteration": ")" +
+         iteration + R"(", "saved_data": ")" + saved_data +
+         R"(", "input_output": 0, "kernels": [], "support_device": [0]},
     "e2e_dump_settings": {"enable": true, "trans_flag": true}})";
 }
 
