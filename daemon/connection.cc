@@ -16,7 +16,7 @@ Connection::Connection(Server& server, Socket socket, uint64_t id, PeerIdentity 
       socket_(std::move(socket)),
       id_(id),
       peer_(std::move(peer)),
-      idle_timer_(server.io()) {}
+      idle_timer_(server.clock().makeTimer(server.io())) {}
 
 void Connection::start() {
   armIdleTimer();
@@ -35,10 +35,10 @@ void Connection::refuse(v1::Error::Code code, const std::string& message) {
 
 void Connection::armIdleTimer() {
   if (session_) return;
-  idle_timer_.expires_after(std::chrono::milliseconds(server_.settings().handshake_timeout_ms));
-  idle_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+  const auto timeout = std::chrono::milliseconds(server_.settings().handshake_timeout_ms);
+  idle_timer_->waitUntil(server_.clock().now() + timeout, [weak = weak_from_this()] {
     auto self = weak.lock();
-    if (ec || !self || self->session_ || self->socket_closed_) return;
+    if (!self || self->session_ || self->socket_closed_) return;
     // Close now, not after the queue is written: a client that reads nothing would otherwise
     // keep its connection (and its slot) forever.
     const std::string message = "no Hello or request within " +
@@ -186,7 +186,7 @@ void Connection::handleHello(const v1::Hello& h) {
     sendErrorAndClose(v1::Error::RESOURCE_EXHAUSTED, *refused);
     return;
   }
-  idle_timer_.cancel();
+  idle_timer_->cancel();
   decoder_.setMaxFrameBytes(kSessionMaxFrameBytes);
   UniqueFd ring = std::move(fds_[kHelloRingFd]);
   UniqueFd root = std::move(fds_[kHelloRootFd]);
@@ -250,7 +250,7 @@ void Connection::sendErrorAndClose(v1::Error::Code code, const std::string& mess
 
 void Connection::stopSession() {
   if (session_ && !session_->finished()) {
-    session_->requestStop(std::chrono::steady_clock::now() +
+    session_->requestStop(server_.clock().now() +
                           std::chrono::milliseconds(server_.settings().shutdown_timeout_ms));
   }
 }
@@ -281,7 +281,7 @@ void Connection::flushNonBlocking() {
   }
 }
 
-void Connection::shutdown(std::chrono::steady_clock::time_point deadline) {
+void Connection::shutdown(TimePoint deadline) {
   if (session_ && !session_->finished()) {
     session_->requestStop(deadline);
     return;
@@ -294,7 +294,7 @@ void Connection::closeSocket() {
     socket_closed_ = true;
     closing_ = true;
     boost::system::error_code ignored;
-    idle_timer_.cancel();
+    idle_timer_->cancel();
     socket_.close(ignored);
     fds_.clear();
     if (charged_bytes_ != 0) server_.releaseFrameBytes(charged_bytes_);

@@ -2,6 +2,9 @@
 // hand-over to a DumpSession when a Hello arrives. A connection without a Hello is a plain
 // request/reply connection (status).
 //
+// Time (the handshake timeout, session stop deadlines) is the server's Clock
+// (daemon/clock.h), so a test can expire the handshake by moving a fake clock.
+//
 // Threading: io thread only. Nothing here blocks: socket reads and writes are non-blocking,
 // and every step whose cost the client controls (config parsing, ring mapping, directories)
 // runs on the session's own thread (daemon/dump_session.h).
@@ -20,7 +23,9 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "daemon/session_setup.h"
+#include "daemon/clock.h"
+#include "daemon/session_env.h"
+#include "daemon/session_owner.h"
 #include "ipc/asio.h"
 #include "ipc/frame.h"
 #include "proto/dumpd.pb.h"
@@ -33,7 +38,7 @@ class DumpSession;
 inline constexpr uint32_t kSessionMaxFrameBytes = 64u << 10;
 inline constexpr size_t kMaxQueuedReplyBytes = 1u << 20;
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection final : public SessionOwner, public std::enable_shared_from_this<Connection> {
  public:
   using Socket = asio::local::stream_protocol::socket;
 
@@ -42,13 +47,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start();
   // Refuses the connection: one Error frame, then close (connection limits).
   void refuse(v1::Error::Code code, const std::string& message);
-  void send(const v1::Envelope& env);
+  // SessionOwner (a connection without a session uses send and sendErrorAndClose too).
+  void send(const v1::Envelope& env) override;
   // Sends an Error, stops reading, ends the session (if any), then closes.
-  void sendErrorAndClose(v1::Error::Code code, const std::string& message);
-  // The session thread has finished: every committed record is written.
-  void sessionFinished();
+  void sendErrorAndClose(v1::Error::Code code, const std::string& message) override;
+  void sessionFinished() override;
   // Daemon shutdown: a plain connection closes now; a session drains until `deadline`.
-  void shutdown(std::chrono::steady_clock::time_point deadline);
+  void shutdown(TimePoint deadline);
 
   uint64_t id() const { return id_; }
   const PeerIdentity& peer() const { return peer_; }
@@ -74,7 +79,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Socket socket_;
   const uint64_t id_;
   const PeerIdentity peer_;
-  asio::steady_timer idle_timer_;
+  std::unique_ptr<Timer> idle_timer_;
   ipc::FrameDecoder decoder_;
   std::vector<UniqueFd> fds_;
   uint64_t charged_bytes_ = 0;  // of the server's pending-frame budget

@@ -8,7 +8,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/connection.h"
 #include "daemon/log_escape.h"
 #include "daemon/server.h"
 #include "ipc/frame.h"
@@ -22,7 +21,7 @@ constexpr int kStopPollMs = 10;   // while waiting for a producer inside a recor
 constexpr auto kRefreshPeriod = std::chrono::seconds(1);
 constexpr size_t kMaxFlushWaits = 1024;
 
-int64_t toNs(std::chrono::steady_clock::time_point t) {
+int64_t toNs(TimePoint t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
@@ -52,16 +51,16 @@ void ClaimRegistry::release(const std::string& key) {
   keys_.erase(key);
 }
 
-DumpSession::DumpSession(SessionContext ctx, std::weak_ptr<Connection> connection, uint64_t id,
+DumpSession::DumpSession(SessionContext ctx, std::weak_ptr<SessionOwner> owner, uint64_t id,
                          PeerIdentity peer, v1::Hello hello, UniqueFd ring_fd, UniqueFd root_fd)
     : ctx_(std::move(ctx)),
-      connection_(std::move(connection)),
+      owner_(std::move(owner)),
       id_(id),
       peer_(std::move(peer)),
       hello_(std::move(hello)),
       ring_fd_(std::move(ring_fd)),
       root_fd_(std::move(root_fd)),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(ctx_.env.clock->now()) {}
 
 DumpSession::~DumpSession() {
   // onThreadDone joined it; a session destroyed before start() has no thread.
@@ -72,7 +71,7 @@ void DumpSession::start() {
   thread_ = std::thread([self = shared_from_this()] { self->run(); });
 }
 
-void DumpSession::requestStop(std::chrono::steady_clock::time_point deadline) {
+void DumpSession::requestStop(TimePoint deadline) {
   int64_t want = toNs(deadline);
   int64_t cur = stop_deadline_ns_.load(std::memory_order_relaxed);
   while (want < cur && !stop_deadline_ns_.compare_exchange_weak(cur, want)) {
@@ -107,8 +106,8 @@ void DumpSession::run() {
 }
 
 bool DumpSession::setUp() {
-  auto prepared =
-      prepareSession(hello_, std::move(ring_fd_), std::move(root_fd_), ctx_.settings, &stop_);
+  auto prepared = prepareSession(hello_, std::move(ring_fd_), std::move(root_fd_), ctx_.settings,
+                                 *ctx_.env.roots, *ctx_.env.rings, &stop_);
   if (stop_.load()) {
     failSetup(v1::Error::SHUTTING_DOWN, "the session was closed during set-up");
     return false;
@@ -129,7 +128,7 @@ bool DumpSession::setUp() {
     failSetup(v1::Error::SHUTTING_DOWN, "the session was closed during set-up");
     return false;
   }
-  auto writer = openJobWriter(p, hello_, peer_, ctx_.settings);
+  auto writer = openJobWriter(p, hello_, peer_, ctx_.settings, *ctx_.env.roots);
   if (!writer) {
     failSetup(wireCode(writer.error().code), writer.error().message);
     return false;
@@ -177,7 +176,7 @@ bool DumpSession::setUp() {
   state_.compare_exchange_strong(s, State::kActive);
   ready_.store(true, std::memory_order_seq_cst);  // pairs with requestStop
   asio::post(ctx_.io, [self = shared_from_this(), reply = std::move(reply)] {
-    if (auto c = self->connection_.lock()) c->send(reply);
+    if (auto o = self->owner_.lock()) o->send(reply);
   });
   return true;
 }
@@ -189,19 +188,20 @@ void DumpSession::failSetup(v1::Error::Code code, const std::string& message) {
 
 void DumpSession::postError(v1::Error::Code code, const std::string& message) {
   asio::post(ctx_.io, [self = shared_from_this(), code, message] {
-    if (auto c = self->connection_.lock()) c->sendErrorAndClose(code, message);
+    if (auto o = self->owner_.lock()) o->sendErrorAndClose(code, message);
   });
 }
 
 void DumpSession::drainLoop() {
   ipc::RingConsumer& ring = drain_->ring();
+  const Clock& clock = *ctx_.env.clock;
   bool closing_set = false;
   uint64_t records_since_refresh = 0;
-  auto next_refresh = std::chrono::steady_clock::now() + kRefreshPeriod;
+  auto next_refresh = clock.now() + kRefreshPeriod;
   // Status figures (writer counters, unused kernels, free space) once a second, whether the
   // ring is busy or idle.
   const auto maybeRefresh = [&] {
-    const auto t = std::chrono::steady_clock::now();
+    const auto t = clock.now();
     if (t < next_refresh) return;
     drain_->publishSnapshot();
     refreshFreeBytes();
@@ -221,8 +221,7 @@ void DumpSession::drainLoop() {
       return;
     }
     if (r.value()) {
-      if (stop && toNs(std::chrono::steady_clock::now()) >=
-                      stop_deadline_ns_.load(std::memory_order_relaxed)) {
+      if (stop && toNs(clock.now()) >= stop_deadline_ns_.load(std::memory_order_relaxed)) {
         // A producer that ignores `closing` cannot hold the session open past the deadline.
         spdlog::warn(
             "session {}: still draining at the shutdown deadline; the rest of the "
@@ -238,7 +237,7 @@ void DumpSession::drainLoop() {
       }
       continue;
     }
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock.now();
     if (stop) {
       // producerBusy() is a seq_cst load after our seq_cst closing store: if the producer is
       // not inside a record now, it never starts another one, and the head we read next is
@@ -309,7 +308,7 @@ bool DumpSession::addFlushWait(uint64_t sequence, uint64_t token) {
 
 void DumpSession::checkFlushes() {
   if (flush_waits_.empty()) return;
-  auto conn = connection_.lock();
+  auto owner = owner_.lock();
   const bool ready = ready_.load(std::memory_order_acquire);
   const uint64_t done = ready ? drain_->doneSequence() : 0;
   std::vector<FlushWait> still;
@@ -323,7 +322,7 @@ void DumpSession::checkFlushes() {
       if (ready) {
         if (auto e = drain_->warnings().lastError()) r->set_last_error(*e);
       }
-      if (conn) conn->send(env);
+      if (owner) owner->send(env);
     } else {
       still.push_back(w);
     }
@@ -336,7 +335,7 @@ void DumpSession::onThreadDone() {
   if (thread_.joinable()) thread_.join();  // it has posted this as its last act
   finished_ = true;
   checkFlushes();
-  if (auto c = connection_.lock()) c->sessionFinished();
+  if (auto o = owner_.lock()) o->sessionFinished();
 }
 
 void DumpSession::fillStatus(v1::SessionStatus* out) const {
@@ -346,8 +345,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
   out->set_rank(hello_.rank());
   out->set_device(hello_.device());
   out->set_state(stateName(state_.load()));
-  out->set_uptime_s(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  out->set_uptime_s(std::chrono::duration<double>(ctx_.env.clock->now() - started_).count());
   if (auto info = info_.load()) {
     out->set_net_name(info->net_name);
     out->set_path(info->path);

@@ -1,5 +1,8 @@
 // One dump session: the client's ring, its job writer, and the session thread that sets it up
-// and then drains the ring. Created by a Connection when a Hello passes the cheap checks.
+// and then drains the ring. Created by a Connection when a Hello passes the cheap checks; it
+// reports to its SessionOwner (the connection) and takes time, the dump root's file system
+// and the ring from SessionContext::env (daemon/session_env.h), so a test can run one with a
+// fake clock, a memory file system and a ring of its own, without a socket or a process.
 //
 // Threading:
 //   * io thread: start(), requestStop(), addFlushWait(), status (fillStatus, addTotals).
@@ -11,8 +14,6 @@
 // Lifetime: shared_ptr; the io thread joins the session thread in onThreadDone(), so the
 // destructor never joins and may run on any thread.
 #pragma once
-
-#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -27,6 +28,8 @@
 #include "base/snapshot.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/ring_drain.h"
+#include "daemon/session_env.h"
+#include "daemon/session_owner.h"
 #include "daemon/session_setup.h"
 #include "ipc/asio.h"
 #include "proto/dumpd.pb.h"
@@ -34,9 +37,7 @@
 
 namespace dumpd::daemon {
 
-class Connection;
-
-// The (root inode, rank, net) keys of live sessions. Thread-safe; the lock is held only for
+// The (root identity, rank, net) keys of live sessions. Thread-safe; the lock is held only for
 // the set operation itself.
 class ClaimRegistry {
  public:
@@ -54,22 +55,23 @@ struct SessionContext {
   storage::WriterPool& pool;
   ClaimRegistry& claims;
   DaemonSettings settings;  // a copy: SIGHUP changes apply to new sessions
+  SessionEnv env;           // clock, dump roots, rings
 };
 
 class DumpSession : public std::enable_shared_from_this<DumpSession> {
  public:
   enum class State : uint8_t { kSetup, kActive, kDraining, kClosed };
 
-  DumpSession(SessionContext ctx, std::weak_ptr<Connection> connection, uint64_t id,
-              PeerIdentity peer, v1::Hello hello, UniqueFd ring_fd, UniqueFd root_fd);
+  DumpSession(SessionContext ctx, std::weak_ptr<SessionOwner> owner, uint64_t id, PeerIdentity peer,
+              v1::Hello hello, UniqueFd ring_fd, UniqueFd root_fd);
   ~DumpSession();
 
   // io thread: starts the session thread.
   void start();
   // Any thread: the session takes no new records (the ring's closing flag tells the client),
   // writes every record committed before, and gives up on a client still inside a record at
-  // `deadline`.
-  void requestStop(std::chrono::steady_clock::time_point deadline);
+  // `deadline` (a time of ctx.env.clock).
+  void requestStop(TimePoint deadline);
 
   // io thread. False when too many flushes are outstanding (a broken or hostile client).
   bool addFlushWait(uint64_t sequence, uint64_t token);
@@ -107,7 +109,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   bool producerExited() const;  // session thread
 
   SessionContext ctx_;
-  const std::weak_ptr<Connection> connection_;
+  const std::weak_ptr<SessionOwner> owner_;
   const uint64_t id_;
   const PeerIdentity peer_;
   const v1::Hello hello_;
@@ -116,7 +118,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // The client process (pidfd_open of its SO_PEERCRED pid; invalid where unsupported): once
   // it has exited, a reservation it left open will never be committed.
   UniqueFd producer_pidfd_;
-  const std::chrono::steady_clock::time_point started_;
+  const TimePoint started_;  // ctx_.env.clock
   std::thread thread_;
 
   // Published by the session thread with a seq_cst store once set-up is done; read by the
@@ -127,7 +129,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   std::string claimed_key_;  // session thread
   std::atomic<State> state_{State::kSetup};
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> stop_deadline_ns_{INT64_MAX};  // steady_clock, min of requests
+  std::atomic<int64_t> stop_deadline_ns_{INT64_MAX};  // ctx_.env.clock, min of requests
   std::atomic<uint64_t> free_bytes_{0};
   std::atomic<bool> have_free_bytes_{false};
   std::atomic<uint32_t> flush_waiting_{0};

@@ -34,19 +34,21 @@ void applyWorkerPriority(bool idle) {
   }
 }
 
-Server::Server(asio::io_context& io, DaemonSettings settings, std::string socket_path)
+Server::Server(asio::io_context& io, DaemonSettings settings, std::string socket_path,
+               SessionEnv env)
     : io_(io),
       settings_(std::move(settings)),
       socket_path_(std::move(socket_path)),
+      env_(std::move(env)),
       acceptor_(io),
       // One session may hold at most a quarter of the write queue.
       pool_(std::make_unique<storage::WriterPool>(
           settings_.writer_threads, settings_.write_queue_bytes,
           [idle = settings_.workers_idle_priority] { applyWorkerPriority(idle); },
           std::max<uint64_t>(settings_.write_queue_bytes / 4, 1))),
-      started_(std::chrono::steady_clock::now()),
-      give_up_timer_(io),
-      accept_retry_timer_(io) {}
+      started_(env_.clock->now()),
+      give_up_timer_(env_.clock->makeTimer(io)),
+      accept_retry_timer_(env_.clock->makeTimer(io)) {}
 
 Server::~Server() {
   if (owns_socket_file_) ::unlink(socket_path_.c_str());
@@ -120,14 +122,13 @@ void Server::doAccept() {
           if (ec == asio::error::operation_aborted || stopping_) return;
           spdlog::warn("accept failed: {}", ec.message());
           // EMFILE and friends: back off briefly instead of spinning.
-          accept_retry_timer_.expires_after(std::chrono::milliseconds(100));
-          accept_retry_timer_.async_wait([this](const boost::system::error_code& e) {
-            if (!e && !stopping_) doAccept();
+          accept_retry_timer_->waitUntil(clock().now() + std::chrono::milliseconds(100), [this] {
+            if (!stopping_) doAccept();
           });
           return;
         }
         if (stopping_) return;
-        onAccepted(std::move(socket));
+        serve(std::move(socket));
         doAccept();
       });
 }
@@ -165,7 +166,7 @@ PeerIdentity peerOf(int fd) {
 
 }  // namespace
 
-void Server::onAccepted(asio::local::stream_protocol::socket socket) {
+void Server::serve(asio::local::stream_protocol::socket socket) {
   const uint64_t id = next_id_++;
   PeerIdentity peer = peerOf(socket.native_handle());
   const uid_t uid = peer.uid;
@@ -216,7 +217,9 @@ void Server::releaseFrameBytes(uint64_t n) {
   pending_frame_bytes_ -= std::min(n, pending_frame_bytes_);
 }
 
-SessionContext Server::sessionContext() { return SessionContext{io_, *pool_, claims_, settings_}; }
+SessionContext Server::sessionContext() {
+  return SessionContext{io_, *pool_, claims_, settings_, env_};
+}
 
 void Server::connectionDone(const std::shared_ptr<Connection>& c) {
   auto it = connections_.find(c->id());
@@ -243,15 +246,13 @@ void Server::shutdown(std::function<void()> on_give_up) {
                settings_.shutdown_timeout_ms);
   boost::system::error_code ignored;
   acceptor_.close(ignored);
-  accept_retry_timer_.cancel();
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.shutdown_timeout_ms);
+  accept_retry_timer_->cancel();
+  const auto deadline = clock().now() + std::chrono::milliseconds(settings_.shutdown_timeout_ms);
   // Copy: shutdown may end a connection synchronously.
   auto connections = connections_;
   for (auto& [id, e] : connections) e.connection->shutdown(deadline);
-  give_up_timer_.expires_at(deadline + kShutdownGrace);
-  give_up_timer_.async_wait([this, on_give_up](const boost::system::error_code& ec) {
-    if (ec || connections_.empty()) return;
+  give_up_timer_->waitUntil(deadline + kShutdownGrace, [this, on_give_up] {
+    if (connections_.empty()) return;
     spdlog::error(
         "shutdown: {} connection(s) still not finished {} s after the deadline "
         "(a writer blocked on a file system?); exiting without them",
@@ -264,7 +265,7 @@ void Server::shutdown(std::function<void()> on_give_up) {
 void Server::maybeFinish() {
   if (!stopping_ || !connections_.empty()) return;
   pool_->drain();
-  give_up_timer_.cancel();
+  give_up_timer_->cancel();
   spdlog::info("all sessions drained");
   io_.stop();
 }
@@ -326,8 +327,7 @@ v1::StatusReply Server::status(uid_t requester) const {
   v1::StatusReply r;
   r.set_version(kVersion);
   r.set_pid(::getpid());
-  r.set_uptime_s(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  r.set_uptime_s(std::chrono::duration<double>(env_.clock->now() - started_).count());
   r.set_socket(socket_path_);
   r.set_sessions_total(sessions_total_);
   r.set_connections(connections_counted_);

@@ -4,6 +4,11 @@
 // Threading: everything here runs on the io thread, except chargeFrameBytes/releaseFrameBytes
 // (io thread too) and what sessions read through SessionContext (the writer pool and the
 // claim registry are thread-safe). Status reads sessions' atomics and snapshots only.
+//
+// The outside world comes in through the constructor's SessionEnv (daemon/session_env.h):
+// the clock of every deadline, timer and uptime here and in connections and sessions, and
+// what sessions use to open dump roots and rings. serve() takes a connected socket, so a test
+// can drive the server over a socketpair without binding a path.
 #pragma once
 
 #include <chrono>
@@ -35,13 +40,17 @@ inline constexpr size_t kMaxStatusReplyBytes = 4u << 20;
 
 class Server {
  public:
-  Server(asio::io_context& io, DaemonSettings settings, std::string socket_path);
+  Server(asio::io_context& io, DaemonSettings settings, std::string socket_path,
+         SessionEnv env = defaultSessionEnv());
   ~Server();
 
   // Binds the socket (replacing a stale file, refusing a live daemon's) or adopts a
   // listening socket passed by systemd. Errors name the path.
   Status listen(int inherited_fd = -1);
+  // Accepts connections on the listening socket, each served as by serve().
   void start();
+  // Serves a connected socket: admission (connection limits), then a Connection.
+  void serve(asio::local::stream_protocol::socket socket);
   // Stops accepting and tells every session to drain (at most shutdown_timeout_ms), then lets
   // io_context::run() return. If sessions are still not done `kShutdownGrace` after the
   // deadline (a writer stuck on a hung file system), `on_give_up` runs (main exits 0).
@@ -61,6 +70,7 @@ class Server {
   SessionContext sessionContext();
 
   asio::io_context& io() { return io_; }
+  Clock& clock() { return *env_.clock; }
   const DaemonSettings& settings() const { return settings_; }
   void applySettings(const DaemonSettings& s);
 
@@ -68,13 +78,13 @@ class Server {
 
  private:
   void doAccept();
-  void onAccepted(asio::local::stream_protocol::socket socket);
   void maybeFinish();
   uint32_t openFds() const;
 
   asio::io_context& io_;
   DaemonSettings settings_;
   std::string socket_path_;
+  const SessionEnv env_;
   asio::local::stream_protocol::acceptor acceptor_;
   std::unique_ptr<storage::WriterPool> pool_;
   ClaimRegistry claims_;
@@ -94,9 +104,9 @@ class Server {
   uint64_t closed_write_errors_ = 0;
   bool stopping_ = false;
   bool owns_socket_file_ = false;
-  std::chrono::steady_clock::time_point started_;
-  asio::steady_timer give_up_timer_;
-  asio::steady_timer accept_retry_timer_;
+  const TimePoint started_;  // env_.clock
+  std::unique_ptr<Timer> give_up_timer_;
+  std::unique_ptr<Timer> accept_retry_timer_;
 };
 
 }  // namespace dumpd::daemon

@@ -1,9 +1,5 @@
 #include "daemon/session_setup.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "storage/fs/credentials.h"
 #include "storage/fs/file_system.h"
 
 namespace dumpd::daemon {
@@ -28,8 +24,8 @@ v1::Error::Code wireCode(ErrorCode c) {
 }
 
 Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, UniqueFd root_fd,
-                                       const DaemonSettings& settings,
-                                       const std::atomic<bool>* cancel) {
+                                       const DaemonSettings& settings, DumpRoots& roots,
+                                       RingSource& rings, const std::atomic<bool>* cancel) {
   // The client's environment, not ours: a config without "path" means
   // $MS_DIAGNOSTIC_DATA_PATH/debug_dump of the training process.
   config::Environment env;
@@ -43,21 +39,17 @@ Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, Uni
   auto filter = config::Filter::create(plan.value());
   if (!filter) return makeError(ErrorCode::kInvalidConfig, filter.error().message);
 
-  struct stat st;
-  if (::fstat(root_fd.get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return makeError(ErrorCode::kProtocol, "dump root descriptor is not a directory");
-  }
-  std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
-                    std::to_string(h.rank()) + ":" + plan.value().net_name;
-  auto ring =
-      ipc::RingConsumer::attach(std::move(ring_fd), h.ring_bytes(), settings.max_ring_bytes);
+  auto root = roots.identify(root_fd);
+  if (!root) return root.error();
+  std::string key = root.value() + ":" + std::to_string(h.rank()) + ":" + plan.value().net_name;
+  auto ring = rings.attach(std::move(ring_fd), h.ring_bytes(), settings.max_ring_bytes);
   if (!ring) return ring.error();
   return PreparedSession{std::move(plan.value()), std::move(filter.value()),
                          std::move(ring.value()), std::move(root_fd), std::move(key)};
 }
 
 Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const PeerIdentity& peer,
-                                   const DaemonSettings& settings) {
+                                   const DaemonSettings& settings, DumpRoots& roots) {
   storage::JobOptions opts;
   opts.rank = h.rank();
   opts.device_target = h.device_target().empty() ? "CPU" : h.device_target();
@@ -68,12 +60,7 @@ Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const
   opts.min_free_bytes = settings.min_free_bytes;
   opts.max_open_directories = settings.max_open_directories;
   opts.max_links_per_file = settings.max_links_per_file;
-  // Every file-system operation runs with the client's credentials: dumpd can only create,
-  // replace or append where the client itself could, and what it creates belongs to it.
-  // A root client may write anywhere the daemon may: no switch needed (saves a setgroups).
-  storage::PosixOptions fs_opts;
-  if (peer.uid != 0) fs_opts.act_as = storage::Credentials{peer.uid, peer.gid, peer.groups};
-  auto fs = storage::makePosixFileSystem(s.root.release(), fs_opts);
+  auto fs = roots.open(std::move(s.root), peer);
   if (!fs) return fs.error();
   auto writer = storage::JobWriter::create(fs.value(), s.plan, opts);
   if (!writer) return writer.error();

@@ -2,49 +2,41 @@
 // time in proportion to what the client sent, or touches the client's file system.
 //
 //   prepareSession: validates the job config in the client's environment, compiles its filter
-//                   (RE2, linear time), checks the dump root and maps the ring (no page faults).
-//   openJobWriter:  opens the dump tree beneath the root fd, acting as the client (uid, gid,
-//                   supplementary groups) for every file-system operation.
+//                   (RE2, linear time), identifies the dump root and maps the ring (no page
+//                   faults), through the session's DumpRoots and RingSource.
+//   openJobWriter:  opens the dump tree beneath the root (DumpRoots::open), acting as the
+//                   client (uid, gid, supplementary groups) for every file-system operation.
 #pragma once
-
-#include <sys/types.h>
 
 #include <atomic>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
 #include "daemon/daemon_settings.h"
+#include "daemon/session_env.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
 #include "storage/writer/job_writer.h"
 
 namespace dumpd::daemon {
 
-// The client process as the kernel reports it (SO_PEERCRED, SO_PEERGROUPS).
-struct PeerIdentity {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::vector<gid_t> groups;
-};
-
 struct PreparedSession {
   config::DumpPlan plan;
   config::Filter filter;
   ipc::RingConsumer ring;
   UniqueFd root;
-  // (root device:inode, rank, net): one live session per key.
+  // (root identity, rank, net): one live session per key.
   std::string conflict_key;
 };
 
 // `cancel`: set when the client hung up or dumpd is stopping; compiling stops early.
 Result<PreparedSession> prepareSession(const v1::Hello& hello, UniqueFd ring_fd, UniqueFd root_fd,
-                                       const DaemonSettings& settings,
+                                       const DaemonSettings& settings, DumpRoots& roots,
+                                       RingSource& rings,
                                        const std::atomic<bool>* cancel = nullptr);
 
 struct OpenedWriter {
@@ -52,7 +44,8 @@ struct OpenedWriter {
   std::unique_ptr<storage::JobWriter> writer;
 };
 Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& hello,
-                                   const PeerIdentity& peer, const DaemonSettings& settings);
+                                   const PeerIdentity& peer, const DaemonSettings& settings,
+                                   DumpRoots& roots);
 
 // The wire code for an error of set-up.
 v1::Error::Code wireCode(ErrorCode code);
