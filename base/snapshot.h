@@ -7,7 +7,8 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
+
+#include "base/mutex.h"
 
 namespace dumpd {
 
@@ -15,18 +16,18 @@ template <typename T>
 class Snapshot {
  public:
   std::shared_ptr<const T> load() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return value_;
   }
   // `value` leaves with the previous pointer and releases it after the lock.
   void store(std::shared_ptr<const T> value) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     value_.swap(value);
   }
 
  private:
-  mutable std::mutex mu_;
-  std::shared_ptr<const T> value_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::shared_ptr<const T> value_ GUARDED_BY(mu_);
 };
 
 }  // namespace dumpd

@@ -1,8 +1,7 @@
 // DeviceApi over the CUDA runtime (linked statically: a kit needs no libcudart).
 #include <cuda_runtime_api.h>
 
-#include <mutex>
-
+#include "base/mutex.h"
 #include "client/device_api.h"
 #include "client/device_copy.h"
 #include "client/device_stats.h"
@@ -121,10 +120,10 @@ class CudaDevice final : public DeviceApi {
 }  // namespace
 
 Result<std::shared_ptr<DeviceApi>> cudaDevice() {
-  static std::mutex mu;
+  static Mutex mu;
   static std::shared_ptr<DeviceApi> device;
   static std::string failure;
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(&mu);
   if (device) return device;
   if (!failure.empty()) return makeError(ErrorCode::kUnavailable, failure);
   int n = 0;

@@ -80,12 +80,12 @@ DevicePipeline::DevicePipeline(std::shared_ptr<DeviceApi> api, ipc::RingProducer
 DevicePipeline::~DevicePipeline() {
   const bool drained = drain(kDestructorDrainMs).has_value() || inFlight() == 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
-  issue_cv_.notify_all();
-  issue_space_cv_.notify_all();
+  work_cv_.signalAll();
+  issue_cv_.signalAll();
+  issue_space_cv_.signalAll();
   issuer_.join();
   completion_.join();
   // Copies still in flight (a hung device) may write into staging and the ring: then leak
@@ -142,7 +142,7 @@ Result<DevicePipeline::DeviceState*> DevicePipeline::stateFor(int device) {
 
 Result<EventHandle> DevicePipeline::takeEvent() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!free_events_.empty()) {
       EventHandle e = free_events_.back();
       free_events_.pop_back();
@@ -159,7 +159,7 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
   const uint64_t need = skip + bytes;
   EventHandle wait_for = nullptr;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     while (dev.capacity - (dev.head - dev.tail) < need) {
       // The oldest region is still being read by a device-to-host copy: take it over, and
       // make the producer's stream wait for that copy (copies of one device run in order on
@@ -168,9 +168,10 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
       // the completion thread may free regions, this one included: look again after.
       const uint64_t oldest = dev.regions.front();
       if (!entryLocked(oldest).issued) {
-        issued_cv_.wait(lock, [&] {
-          return dev.regions.empty() || dev.regions.front() != oldest || entryLocked(oldest).issued;
-        });
+        while (!dev.regions.empty() && dev.regions.front() == oldest &&
+               !entryLocked(oldest).issued) {
+          issued_cv_.wait(&mu_);
+        }
         continue;
       }
       Entry& old = entryLocked(oldest);
@@ -288,7 +289,7 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   // Nothing enqueued yet: the record is voided at once (published in its turn).
   const auto give_up = [&](Error e) -> Status {
     ring_.voidRecord(sequence, tensors);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++counters_.failed_records;
     return e;
   };
@@ -321,7 +322,7 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   const Status s =
       staged ? enqueueStaged(dev, stream, copies, e) : enqueueDirect(dev, stream, copies, e);
   e.reclaimed = e.staging_end == 0;  // 0: no staging region was taken
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++counters_.records;
   counters_.statistics += statistics;
   ++(staged ? counters_.staged_records : counters_.direct_records);
@@ -336,18 +337,19 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   const bool to_issue = !e.issued;
   entries_.push_back(std::move(e));
   if (entries_.back().staging_end != 0) dev.regions.push_back(id);
-  if (to_issue) issue_cv_.notify_one();
-  work_cv_.notify_one();
+  if (to_issue) issue_cv_.signal();
+  work_cv_.signal();
   return s;
 }
 
 void DevicePipeline::completionLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    work_cv_.wait(lock, [&] {
+    for (;;) {
       const bool have = next_complete_ < front_id_ + entries_.size();
-      return (have && entryLocked(next_complete_).issued) || (stop_ && !have);
-    });
+      if ((have && entryLocked(next_complete_).issued) || (stop_ && !have)) break;
+      work_cv_.wait(&mu_);
+    }
     if (next_complete_ == front_id_ + entries_.size()) return;  // stop_, nothing left
     const uint64_t id = next_complete_;
     EventHandle done = entryLocked(id).done;
@@ -359,7 +361,7 @@ void DevicePipeline::completionLoop() {
     e.completed = true;
     if (e.issued_bytes != 0) {
       issued_bytes_ -= e.issued_bytes;
-      issue_space_cv_.notify_one();
+      issue_space_cv_.signal();
     }
     if (!s) noteErrorLocked(s.error().message);
     if (!s || e.failed) {
@@ -380,12 +382,12 @@ void DevicePipeline::completionLoop() {
     }
     ++next_complete_;
     popFinishedLocked();
-    done_cv_.notify_all();
+    done_cv_.signalAll();
   }
 }
 
 void DevicePipeline::issuerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int current = -1;
   for (;;) {
     // Entries up to next_issue_ that were issued at submit (direct, failed) are skipped.
@@ -395,14 +397,15 @@ void DevicePipeline::issuerLoop() {
     }
     if (next_issue_ == front_id_ + entries_.size()) {
       if (stop_) return;
-      issue_cv_.wait(lock);
+      issue_cv_.wait(&mu_);
       continue;
     }
     uint64_t bytes = 0;
     for (const DeviceCopy& c : entryLocked(next_issue_).copies) bytes += c.bytes;
     if (issued_bytes_ != 0 && issued_bytes_ + bytes > max_issued_bytes_) {
-      issue_space_cv_.wait(
-          lock, [&] { return issued_bytes_ == 0 || issued_bytes_ + bytes <= max_issued_bytes_; });
+      while (issued_bytes_ != 0 && issued_bytes_ + bytes > max_issued_bytes_) {
+        issue_space_cv_.wait(&mu_);
+      }
       continue;  // entries may have moved: look again
     }
     issued_bytes_ += bytes;
@@ -436,8 +439,8 @@ void DevicePipeline::issuerLoop() {
     after.issued = true;
     after.copies.clear();
     ++next_issue_;
-    issued_cv_.notify_all();
-    work_cv_.notify_one();
+    issued_cv_.signalAll();
+    work_cv_.signal();
   }
 }
 
@@ -455,11 +458,16 @@ void DevicePipeline::noteErrorLocked(const std::string& message) {
 }
 
 Status DevicePipeline::drain(int timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto all_done = [&] { return next_complete_ == front_id_ + entries_.size(); };
-  if (timeout_ms < 0) {
-    done_cv_.wait(lock, all_done);
-  } else if (!done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), all_done)) {
+  MutexLock lock(&mu_);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  while (next_complete_ != front_id_ + entries_.size()) {
+    if (timeout_ms < 0) {
+      done_cv_.wait(&mu_);
+      continue;
+    }
+    if (done_cv_.waitUntil(&mu_, deadline) || next_complete_ == front_id_ + entries_.size())
+      continue;
     return makeError(ErrorCode::kTimeout,
                      std::to_string(front_id_ + entries_.size() - next_complete_) +
                          " device copies still in flight after " + std::to_string(timeout_ms) +
@@ -470,17 +478,17 @@ Status DevicePipeline::drain(int timeout_ms) {
 }
 
 size_t DevicePipeline::inFlight() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return front_id_ + entries_.size() - next_complete_;
 }
 
 PipelineCounters DevicePipeline::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return counters_;
 }
 
 std::string DevicePipeline::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return error_;
 }
 

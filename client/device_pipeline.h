@@ -16,17 +16,16 @@
 // completion thread is internal. See docs/architecture.md ("Device tensors").
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "client/device_api.h"
 #include "ipc/shm_ring.h"
@@ -109,9 +108,9 @@ class DevicePipeline {
                        Entry& e);
   void completionLoop();
   void issuerLoop();
-  Entry& entryLocked(uint64_t id) { return entries_[id - front_id_]; }
-  void popFinishedLocked();
-  void noteErrorLocked(const std::string& message);
+  Entry& entryLocked(uint64_t id) REQUIRES(mu_) { return entries_[id - front_id_]; }
+  void popFinishedLocked() REQUIRES(mu_);
+  void noteErrorLocked(const std::string& message) REQUIRES(mu_);
 
   std::shared_ptr<DeviceApi> api_;
   ipc::RingProducer& ring_;
@@ -119,25 +118,27 @@ class DevicePipeline {
   bool ring_pinned_ = false;
   std::map<int, std::unique_ptr<DeviceState>> devices_;  // producer thread
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;    // completion thread: new entry, entry issued, or stop
-  std::condition_variable issue_cv_;   // issuer thread: new entry to issue, or stop
-  std::condition_variable issued_cv_;  // producer: an entry was issued
-  std::condition_variable done_cv_;    // drain(): an entry completed
-  std::deque<Entry> entries_;          // guarded by mu_: submitted, oldest first
-  uint64_t front_id_ = 0;              // id of entries_.front()
-  uint64_t next_complete_ = 0;         // id of the oldest entry not yet completed
-  uint64_t next_issue_ = 0;            // id of the oldest entry not yet issued
+  mutable Mutex mu_;
+  CondVar work_cv_;    // completion thread: new entry, entry issued, or stop
+  CondVar issue_cv_;   // issuer thread: new entry to issue, or stop
+  CondVar issued_cv_;  // producer: an entry was issued
+  CondVar done_cv_;    // drain(): an entry completed
+  // Guarded by mu_ too: the DeviceStates' staging positions and regions (clang cannot name
+  // mu_ from a DeviceState).
+  std::deque<Entry> entries_ GUARDED_BY(mu_);   // submitted, oldest first
+  uint64_t front_id_ GUARDED_BY(mu_) = 0;       // id of entries_.front()
+  uint64_t next_complete_ GUARDED_BY(mu_) = 0;  // id of the oldest entry not yet completed
+  uint64_t next_issue_ GUARDED_BY(mu_) = 0;     // id of the oldest entry not yet issued
   // Device-to-host bytes enqueued and not completed. The issuer keeps it under
   // max_issued_bytes_: a device queue filled with copies blocks the thread that enqueues,
   // and the driver then stalls the producer's launches too.
-  uint64_t issued_bytes_ = 0;
+  uint64_t issued_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t max_issued_bytes_;
-  std::condition_variable issue_space_cv_;
-  std::vector<EventHandle> free_events_;
-  PipelineCounters counters_;
-  std::string error_;
-  bool stop_ = false;
+  CondVar issue_space_cv_;
+  std::vector<EventHandle> free_events_ GUARDED_BY(mu_);
+  PipelineCounters counters_ GUARDED_BY(mu_);
+  std::string error_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread completion_;
   std::thread issuer_;
 };

@@ -42,12 +42,12 @@ const char* stateName(DumpSession::State s) {
 }  // namespace
 
 bool ClaimRegistry::claim(const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return keys_.insert(key).second;
 }
 
 void ClaimRegistry::release(const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   keys_.erase(key);
 }
 

@@ -19,12 +19,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/snapshot.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/ring_drain.h"
@@ -45,8 +45,8 @@ class ClaimRegistry {
   void release(const std::string& key);
 
  private:
-  std::mutex mu_;
-  std::set<std::string> keys_;  // guarded by mu_
+  Mutex mu_;
+  std::set<std::string> keys_ GUARDED_BY(mu_);
 };
 
 // What a session uses of the server.

@@ -9,7 +9,7 @@ uint64_t ReleaseQueue::push(uint64_t end, uint64_t sequence, bool done) {
   std::pair<bool, uint64_t> r{false, 0};
   uint64_t slot;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     pending_.push_back({end, sequence, done});
     slot = first_slot_ + pending_.size() - 1;
     if (done) r = advanceLocked();
@@ -21,7 +21,7 @@ uint64_t ReleaseQueue::push(uint64_t end, uint64_t sequence, bool done) {
 void ReleaseQueue::markDone(uint64_t slot) {
   std::pair<bool, uint64_t> r;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     pending_[slot - first_slot_].done = true;
     r = advanceLocked();
   }
@@ -29,8 +29,8 @@ void ReleaseQueue::markDone(uint64_t slot) {
 }
 
 void ReleaseQueue::waitIdle() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [this] { return pending_.empty(); });
+  MutexLock lock(&mu_);
+  while (!pending_.empty()) idle_cv_.wait(&mu_);
 }
 
 std::pair<bool, uint64_t> ReleaseQueue::advanceLocked() {
@@ -48,7 +48,7 @@ std::pair<bool, uint64_t> ReleaseQueue::advanceLocked() {
     // Release: pairs with the acquire in doneSequence(); files of these records are written.
     done_sequence_.store(last_sequence, std::memory_order_release);
   }
-  if (pending_.empty()) idle_cv_.notify_all();
+  if (pending_.empty()) idle_cv_.signalAll();
   return {wake, last_sequence};
 }
 

@@ -7,12 +7,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 
+#include "base/mutex.h"
 #include "ipc/shm_ring.h"
 
 namespace dumpd::daemon {
@@ -41,15 +40,15 @@ class ReleaseQueue {
   };
   // Pops the done prefix and publishes the ring tail (an atomic store, no syscall).
   // Returns {producer needs a wake, newest done sequence or 0}.
-  std::pair<bool, uint64_t> advanceLocked();
+  std::pair<bool, uint64_t> advanceLocked() REQUIRES(mu_);
   void afterAdvance(std::pair<bool, uint64_t> r);
 
   ipc::RingConsumer& ring_;
   const std::function<void(uint64_t)> on_done_;
-  std::mutex mu_;
-  std::condition_variable idle_cv_;
-  std::deque<Pending> pending_;  // guarded by mu_
-  uint64_t first_slot_ = 0;      // guarded by mu_: slot number of pending_.front()
+  Mutex mu_;
+  CondVar idle_cv_;
+  std::deque<Pending> pending_ GUARDED_BY(mu_);
+  uint64_t first_slot_ GUARDED_BY(mu_) = 0;  // slot number of pending_.front()
   std::atomic<uint64_t> done_sequence_{0};
 };
 

@@ -18,7 +18,7 @@ void SessionWarnings::warn(const std::string& message) {
   uint64_t suppressed = 0;
   bool log = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     const auto now = std::chrono::steady_clock::now();
     if (now - window_start_ >= kWindow) {
       suppressed = suppressed_;
@@ -41,7 +41,7 @@ void SessionWarnings::warn(const std::string& message) {
 void SessionWarnings::flushSuppressed() {
   uint64_t suppressed;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     suppressed = std::exchange(suppressed_, 0);
   }
   if (suppressed != 0)

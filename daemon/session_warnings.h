@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "base/snapshot.h"
 
 namespace dumpd::daemon {
@@ -34,10 +34,10 @@ class SessionWarnings {
   static constexpr std::chrono::seconds kWindow{10};
   const uint64_t id_;
   Snapshot<std::string> last_error_;
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point window_start_{};  // guarded by mu_
-  int count_ = 0;                                         // guarded by mu_
-  uint64_t suppressed_ = 0;                               // guarded by mu_
+  Mutex mu_;
+  std::chrono::steady_clock::time_point window_start_ GUARDED_BY(mu_){};
+  int count_ GUARDED_BY(mu_) = 0;
+  uint64_t suppressed_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dumpd::daemon

@@ -1,5 +1,6 @@
 #include "ipc/shm_ring.h"
 
+#include "base/mutex.h"
 #include "ipc/futex.h"
 
 #include <errno.h>
@@ -12,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <new>
 #include <string>
 
@@ -44,10 +44,13 @@ RingMapping& RingMapping::operator=(RingMapping&& o) noexcept {
 // ---------------------------------------------------------------- producer
 
 struct RingProducer::Shared {
-  mutable std::mutex mu;
-  std::deque<Pending> pending;  // open reservations, oldest first
-  uint64_t head = 0;            // published head (local copy of control()->head)
-  uint64_t sequence = 0;        // last published sequence
+  mutable Mutex mu;
+  std::deque<Pending> pending GUARDED_BY(mu);  // open reservations, oldest first
+  uint64_t head GUARDED_BY(mu) = 0;            // published head (local copy of control()->head)
+  uint64_t sequence GUARDED_BY(mu) = 0;        // last published sequence
+
+  // Publishes the filled prefix of `pending`: moves the ring's head, wakes a waiting consumer.
+  void publish(RingControl* control) REQUIRES(mu);
 };
 
 RingProducer::RingProducer(UniqueFd fd, RingMapping map, uint64_t capacity)
@@ -115,7 +118,7 @@ std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
   // sees busy and waits for this record's commit before its final drain.
   control()->producer_busy.store(1, std::memory_order_seq_cst);
   if (control()->closing.load(std::memory_order_seq_cst) != 0 || !fits(body_bytes)) {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     // Release: nothing of ours is in flight; pairs with the daemon's seq_cst load.
     if (shared_->pending.empty()) control()->producer_busy.store(0, std::memory_order_release);
     return nullptr;
@@ -142,14 +145,14 @@ std::byte* RingProducer::tryReserve(RecordKind kind, uint64_t body_bytes) {
   std::memcpy(record, &h, sizeof h);
   reserve_head_ = start + length;
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     shared_->pending.push_back(Pending{reserved_sequence_, start, reserve_head_, false});
   }
   return record + sizeof(RecordHeader);
 }
 
 void RingProducer::abandon() {
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   auto& pending = shared_->pending;
   if (pending.empty() || pending.back().filled) return;
   pending.pop_back();
@@ -171,18 +174,18 @@ uint64_t RingProducer::commit() {
 }
 
 void RingProducer::commit(uint64_t sequence) {
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   auto& pending = shared_->pending;
   if (pending.empty() || sequence < pending.front().sequence) return;
   const uint64_t index = sequence - pending.front().sequence;
   if (index >= pending.size()) return;
   pending[index].filled = true;
-  publishLocked();
+  shared_->publish(control());
 }
 
 void RingProducer::voidRecord(uint64_t sequence, uint32_t tensors_lost) {
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     auto& pending = shared_->pending;
     if (pending.empty() || sequence < pending.front().sequence) return;
     const uint64_t index = sequence - pending.front().sequence;
@@ -198,12 +201,11 @@ void RingProducer::voidRecord(uint64_t sequence, uint32_t tensors_lost) {
   commit(sequence);
 }
 
-void RingProducer::publishLocked() {
-  auto& pending = shared_->pending;
+void RingProducer::Shared::publish(RingControl* control) {
   bool moved = false;
   while (!pending.empty() && pending.front().filled) {
-    shared_->head = pending.front().end;
-    shared_->sequence = pending.front().sequence;
+    head = pending.front().end;
+    sequence = pending.front().sequence;
     pending.pop_front();
     moved = true;
   }
@@ -212,12 +214,12 @@ void RingProducer::publishLocked() {
   // consumer_waiting and load of head, this is a Dekker handshake. Either we see its flag
   // and wake it, or it sees our head and does not sleep. Release semantics publish the bytes
   // (the device pipeline's completion thread acquired them from the copy's completion).
-  control()->head.store(shared_->head, std::memory_order_seq_cst);
+  control->head.store(head, std::memory_order_seq_cst);
   // After head, seq_cst: a daemon whose seq_cst load sees busy == 0 from this store also
   // sees the head stored above (pairs with RingConsumer::producerBusy).
-  if (pending.empty()) control()->producer_busy.store(0, std::memory_order_seq_cst);
-  if (control()->consumer_waiting.load(std::memory_order_seq_cst) != 0) {
-    futexBumpAndWake(control()->data_wake);
+  if (pending.empty()) control->producer_busy.store(0, std::memory_order_seq_cst);
+  if (control->consumer_waiting.load(std::memory_order_seq_cst) != 0) {
+    futexBumpAndWake(control->data_wake);
   }
 }
 
@@ -246,12 +248,12 @@ uint64_t RingProducer::usedBytes() const {
 }
 
 uint64_t RingProducer::lastSequence() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   return shared_->sequence;
 }
 
 size_t RingProducer::openReservations() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   return shared_->pending.size();
 }
 

@@ -109,7 +109,6 @@ class RingProducer {
   RingProducer(UniqueFd fd, RingMapping map, uint64_t capacity);
   // Bytes needed from the reserve head for a record of `length`, including wrap padding.
   uint64_t neededFor(uint64_t length) const;
-  void publishLocked();
 
   UniqueFd memfd_;
   RingMapping map_;

@@ -19,10 +19,10 @@ void ProgressBar::add(uint64_t pairs, uint64_t bytes) {
 void ProgressBar::stop() {
   if (!thread_.joinable()) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  wake_.notify_one();
+  wake_.signal();
   thread_.join();
   draw();
   out_ << '\n' << std::flush;
@@ -55,11 +55,15 @@ void ProgressBar::draw() {
 }
 
 void ProgressBar::loop() {
-  std::unique_lock lock(mu_);
-  while (!wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; })) {
+  constexpr auto kPeriod = std::chrono::milliseconds(200);
+  MutexLock lock(&mu_);
+  auto next_draw = std::chrono::steady_clock::now() + kPeriod;
+  while (!stopping_) {
+    if (wake_.waitUntil(&mu_, next_draw) || stopping_) continue;  // woken: look at stopping_ again
     lock.unlock();
     draw();
     lock.lock();
+    next_draw = std::chrono::steady_clock::now() + kPeriod;
   }
 }
 

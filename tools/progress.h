@@ -7,12 +7,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <ostream>
 #include <string>
 #include <thread>
+
+#include "base/mutex.h"
 
 namespace dumpd::tools {
 
@@ -41,9 +41,9 @@ class ProgressBar {
   // relaxed: counters only; the drawing thread reads a recent value, stop() joins first.
   std::atomic<uint64_t> pairs_{0};
   std::atomic<uint64_t> bytes_{0};
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar wake_;
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -3,16 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <thread>
 #include <unordered_map>
 
+#include "base/mutex.h"
 #include "storage/format/names.h"
 #include "tools/compare_metrics.h"
 #include "tools/progress.h"
@@ -122,14 +121,14 @@ class TaskQueue {
  public:
   void push(std::function<void()> task, bool front) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (front) {
         tasks_.push_front(std::move(task));
       } else {
         tasks_.push_back(std::move(task));
       }
     }
-    cv_.notify_one();
+    cv_.signal();
   }
   // Returns when every task, including those pushed meanwhile, has run.
   void run(unsigned threads) {
@@ -141,9 +140,9 @@ class TaskQueue {
 
  private:
   void work() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     for (;;) {
-      cv_.wait(lock, [this] { return !tasks_.empty() || running_ == 0; });
+      while (tasks_.empty() && running_ != 0) cv_.wait(&mu_);
       if (tasks_.empty()) break;  // and nothing running: nothing more can come
       std::function<void()> task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -152,14 +151,14 @@ class TaskQueue {
       task();
       lock.lock();
       --running_;
-      if (running_ == 0 && tasks_.empty()) cv_.notify_all();
+      if (running_ == 0 && tasks_.empty()) cv_.signalAll();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  unsigned running_ = 0;                     // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mu_);
+  unsigned running_ GUARDED_BY(mu_) = 0;
 };
 
 // A pair split into chunks: partial sums land in their chunk's slot and are merged in chunk

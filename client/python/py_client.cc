@@ -112,7 +112,7 @@ PyClient::~PyClient() {
     return;
   }
   py::gil_scoped_release nogil;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   client_.reset();
 }
 
@@ -122,7 +122,7 @@ auto PyClient::locked(F&& f) -> decltype(f(std::declval<client::Client&>())) {
   std::optional<decltype(f(std::declval<client::Client&>()))> r;
   {
     py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) {
       was_closed = true;
     } else {
@@ -136,11 +136,8 @@ auto PyClient::locked(F&& f) -> decltype(f(std::declval<client::Client&>())) {
 template <typename F>
 auto PyClient::lockedFast(F&& f, bool allow_closed)
     -> decltype(f(std::declval<client::Client&>())) {
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    py::gil_scoped_release nogil;
-    lock.lock();
-  }
+  lockKeepingGil();
+  MutexLock lock(&mu_, MutexLock::Adopt{});
   if (closed_ && !allow_closed) {
     lock.unlock();
     raiseDaemonError("client is closed");
@@ -278,8 +275,21 @@ py::dict PyClient::flush(std::optional<double> timeout) {
   return countsToDict(unwrap(locked([&](client::Client& c) { return c.flush(ms); })));
 }
 
+void PyClient::lockKeepingGil() {
+  if (mu_.tryLock()) return;
+  py::gil_scoped_release nogil;
+  mu_.lock();
+}
+
 py::dict PyClient::stats() {
-  const client::Stats s = lockedFast([](client::Client& c) { return c.stats(); }, true);
+  client::Stats s;
+  bool closed = false;
+  {
+    lockKeepingGil();
+    MutexLock lock(&mu_, MutexLock::Adopt{});
+    s = client_->stats();
+    closed = closed_;
+  }
   py::dict d;
   d["records_committed"] = s.records_committed;
   d["tensors_committed"] = s.tensors_committed;
@@ -300,7 +310,7 @@ py::dict PyClient::stats() {
   d["device_records_failed"] = s.device_records_failed;
   d["device_in_flight"] = s.device_in_flight;
   d["device_statistics"] = s.device_statistics;
-  d["closed"] = closed_;
+  d["closed"] = closed;
   return d;
 }
 
@@ -308,7 +318,7 @@ void PyClient::close(std::optional<double> timeout) {
   const int ms = timeoutMs(timeout, 30000);
   Status s = [&] {
     py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_) return Status();
     closed_ = true;
     return client_->close(ms);
@@ -318,7 +328,7 @@ void PyClient::close(std::optional<double> timeout) {
 
 bool PyClient::closed() {
   py::gil_scoped_release nogil;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return closed_;
 }
 

@@ -13,11 +13,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "base/mutex.h"
 #include "client/client.h"
 
 namespace dumpd::python {
@@ -75,12 +75,14 @@ class PyClient {
 
   // Like locked() for short calls: keeps the GIL when the mutex is free, releases it only to
   // wait for the mutex (never blocks on the mutex while holding the GIL).
+  // Takes mu_ keeping the GIL when it is free; releases the GIL only to wait for it.
+  void lockKeepingGil() ACQUIRE(mu_);
   template <typename F>
   auto lockedFast(F&& f, bool allow_closed = false) -> decltype(f(std::declval<client::Client&>()));
 
-  std::mutex mu_;
+  Mutex mu_;
   std::string cuda_fallback_ = "error";
-  bool closed_ = false;  // guarded by mu_
+  bool closed_ GUARDED_BY(mu_) = false;
   std::unique_ptr<client::Client> client_;
 };
 

@@ -2,24 +2,25 @@
 
 #include <array>
 #include <cerrno>
-#include <mutex>
 #include <optional>
+
+#include "base/mutex.h"
 
 namespace dumpd::storage {
 
 struct FaultInjectingFileSystem::State {
-  mutable std::mutex mu;
-  uint64_t calls = 0;
-  uint64_t injected = 0;
-  std::array<uint64_t, kFsOpCount> calls_by_op{};
-  std::optional<std::pair<uint64_t, ErrorCode>> fail_index;
-  std::array<std::optional<ErrorCode>, kFsOpCount> fail_every{};
+  mutable Mutex mu;
+  uint64_t calls GUARDED_BY(mu) = 0;
+  uint64_t injected GUARDED_BY(mu) = 0;
+  std::array<uint64_t, kFsOpCount> calls_by_op GUARDED_BY(mu){};
+  std::optional<std::pair<uint64_t, ErrorCode>> fail_index GUARDED_BY(mu);
+  std::array<std::optional<ErrorCode>, kFsOpCount> fail_every GUARDED_BY(mu){};
 
   // Counts the call; returns the injected error, if this call is to fail.
   Status check(FsOp op, std::string_view path) {
     std::optional<ErrorCode> code;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(&mu);
       uint64_t index = calls++;
       ++calls_by_op[static_cast<size_t>(op)];
       if (fail_index && fail_index->first == index) code = fail_index->second;
@@ -168,33 +169,33 @@ Result<uint64_t> FaultInjectingFileSystem::freeBytes() {
 }
 
 void FaultInjectingFileSystem::failCall(uint64_t index, ErrorCode code) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->fail_index = std::make_pair(index, code);
 }
 
 void FaultInjectingFileSystem::failEvery(FsOp op, ErrorCode code) {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->fail_every[static_cast<size_t>(op)] = code;
 }
 
 void FaultInjectingFileSystem::clearFaults() {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->fail_index.reset();
   state_->fail_every.fill(std::nullopt);
 }
 
 uint64_t FaultInjectingFileSystem::calls() const {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->calls;
 }
 
 uint64_t FaultInjectingFileSystem::calls(FsOp op) const {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->calls_by_op[static_cast<size_t>(op)];
 }
 
 uint64_t FaultInjectingFileSystem::faultsInjected() const {
-  std::lock_guard lock(state_->mu);
+  MutexLock lock(&state_->mu);
   return state_->injected;
 }
 

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <functional>
 
+#include "base/mutex.h"
+
 namespace dumpd::storage {
 
 using Kind = MemoryFileSystem::Entry::Kind;
@@ -17,13 +19,13 @@ struct MemoryFileSystem::Node {
 };
 
 struct MemoryFileSystem::Shared {
-  mutable std::mutex mu;
-  std::shared_ptr<Node> root = std::make_shared<Node>();
-  uint64_t capacity = uint64_t{1} << 40;
-  uint64_t used = 0;
+  mutable Mutex mu;
+  // The nodes beneath root are guarded by mu too (clang cannot name it from a Node).
+  std::shared_ptr<Node> root GUARDED_BY(mu) = std::make_shared<Node>();
+  uint64_t capacity GUARDED_BY(mu) = uint64_t{1} << 40;
+  uint64_t used GUARDED_BY(mu) = 0;
 
-  // REQUIRES: mu held.
-  Status reserve(uint64_t bytes, std::string_view what, std::string_view path) {
+  Status reserve(uint64_t bytes, std::string_view what, std::string_view path) REQUIRES(mu) {
     if (used + bytes > capacity) return fsError(ENOSPC, what, path);
     used += bytes;
     return {};
@@ -61,7 +63,7 @@ class MemWritableFile final : public WritableFile {
     }
     uint64_t total = 0;
     for (ConstBuffer b : buffers) total += b.size();
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     if (Status s = shared_->reserve(total, "write", path_); !s) return s;
     for (ConstBuffer b : buffers) {
       file_->data.append(reinterpret_cast<const char*>(b.data()), b.size());
@@ -71,14 +73,14 @@ class MemWritableFile final : public WritableFile {
   }
 
   Status sync() override {
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     file_->synced_data = file_->data;
     return {};
   }
 
   Status commit() override {
     if (done_) return makeError(ErrorCode::kInternal, "commit of a finished file " + path_);
-    std::unique_lock lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     auto it = dir_->children.find(name_);
     if (it != dir_->children.end()) {
       if (it->second->kind == Kind::kDirectory) {
@@ -97,7 +99,7 @@ class MemWritableFile final : public WritableFile {
   void abort() override {
     if (done_) return;
     done_ = true;
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     auto it = dir_->children.find(tmp_);
     if (it != dir_->children.end() && it->second == file_) dir_->children.erase(it);
     shared_->used -= file_->data.size();
@@ -125,14 +127,14 @@ class MemAppendFile final : public AppendFile {
   const std::string& path() const override { return path_; }
   uint64_t size() const override { return size_; }
   Status append(std::string_view data) override {
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     if (Status s = shared_->reserve(data.size(), "append", path_); !s) return s;
     file_->data.append(data);
     size_ = file_->data.size();
     return {};
   }
   Status sync() override {
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     file_->synced_data = file_->data;
     return {};
   }
@@ -158,7 +160,7 @@ class MemDirectory final : public Directory {
     file->kind = Kind::kFile;
     file->mode = mode;
     {
-      std::lock_guard lock(shared_->mu);
+      MutexLock lock(&shared_->mu);
       node_->children[tmp] = file;
     }
     return std::unique_ptr<WritableFile>(std::make_unique<MemWritableFile>(
@@ -171,7 +173,7 @@ class MemDirectory final : public Directory {
     if (Status s = validateName(existing); !s) return s.error();
     if (Status s = validateName(name); !s) return s.error();
     {
-      std::lock_guard lock(shared_->mu);
+      MutexLock lock(&shared_->mu);
       if (Status s = checkSource(existing, "link"); !s) return s.error();
     }
     return makeError(ErrorCode::kUnsupported, "link " + joinPath(path_, existing) + " to " +
@@ -190,7 +192,7 @@ class MemDirectory final : public Directory {
     file->kind = Kind::kFile;
     file->mode = mode;
     {
-      std::lock_guard lock(shared_->mu);
+      MutexLock lock(&shared_->mu);
       if (Status s = checkSource(existing, "copy"); !s) return s.error();
       const Node& source = *node_->children.find(existing)->second;
       if (Status s = shared_->reserve(source.data.size(), "copy", path); !s) return s.error();
@@ -204,8 +206,7 @@ class MemDirectory final : public Directory {
   }
 
   // OK when `existing` is a regular file of this directory; `what` begins the error message.
-  // REQUIRES: shared_->mu held.
-  Status checkSource(std::string_view existing, std::string_view what) const {
+  Status checkSource(std::string_view existing, std::string_view what) const REQUIRES(shared_->mu) {
     const std::string path = joinPath(path_, existing);
     auto it = node_->children.find(existing);
     if (it == node_->children.end()) return fsError(ENOENT, what, path);
@@ -221,7 +222,7 @@ class MemDirectory final : public Directory {
     std::string path = joinPath(path_, name);
     std::shared_ptr<Node> file;
     {
-      std::lock_guard lock(shared_->mu);
+      MutexLock lock(&shared_->mu);
       auto it = node_->children.find(name);
       if (it == node_->children.end()) {
         file = std::make_shared<Node>();
@@ -241,7 +242,7 @@ class MemDirectory final : public Directory {
   }
 
   Status syncFile(std::string_view name) override {
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     auto it = node_->children.find(name);
     if (it == node_->children.end()) return fsError(ENOENT, "fsync", joinPath(path_, name));
     if (it->second->kind == Kind::kSymlink) return fsError(ELOOP, "fsync", joinPath(path_, name));
@@ -250,13 +251,13 @@ class MemDirectory final : public Directory {
   }
 
   Status sync() override {
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     node_->synced_children = node_->children;
     return {};
   }
 
   Result<uint64_t> removeStaleTemporaries() override {
-    std::lock_guard lock(shared_->mu);
+    MutexLock lock(&shared_->mu);
     uint64_t removed = 0;
     for (auto it = node_->children.begin(); it != node_->children.end();) {
       const std::string& name = it->first;
@@ -290,8 +291,8 @@ void walk(const std::shared_ptr<Node>& dir, const std::string& prefix,
   }
 }
 
-// REQUIRES: mu held. Finds the node at `path` without following symlinks.
-std::shared_ptr<Node> lookup(const Shared& shared, std::string_view path) {
+// Finds the node at `path` without following symlinks.
+std::shared_ptr<Node> lookup(const Shared& shared, std::string_view path) REQUIRES(shared.mu) {
   std::shared_ptr<Node> node = shared.root;
   if (path.empty()) return node;
   size_t start = 0;
@@ -328,7 +329,7 @@ MemoryFileSystem::~MemoryFileSystem() = default;
 Result<std::shared_ptr<Directory>> MemoryFileSystem::openDirectory(std::string_view path,
                                                                    DirectoryOptions options) {
   if (Status s = validateRelativePath(path); !s) return s.error();
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   std::shared_ptr<Node> node = shared_->root;
   size_t start = 0;
   while (!path.empty() && start <= path.size()) {
@@ -357,12 +358,12 @@ Result<std::shared_ptr<Directory>> MemoryFileSystem::openDirectory(std::string_v
 }
 
 Result<uint64_t> MemoryFileSystem::freeBytes() {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   return shared_->capacity > shared_->used ? shared_->capacity - shared_->used : 0;
 }
 
 std::vector<MemoryFileSystem::Entry> MemoryFileSystem::list() const {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   std::vector<Entry> out;
   walk(shared_->root, "", [&](const std::string& path, const Node& node) {
     out.push_back(Entry{path, node.kind, node.mode, node.data});
@@ -371,21 +372,21 @@ std::vector<MemoryFileSystem::Entry> MemoryFileSystem::list() const {
 }
 
 std::optional<std::string> MemoryFileSystem::readFile(std::string_view path) const {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   auto node = lookup(*shared_, path);
   if (!node || node->kind != Kind::kFile) return std::nullopt;
   return node->data;
 }
 
 std::optional<uint32_t> MemoryFileSystem::fileMode(std::string_view path) const {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   auto node = lookup(*shared_, path);
   if (!node) return std::nullopt;
   return node->mode;
 }
 
 bool MemoryFileSystem::exists(std::string_view path) const {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   return lookup(*shared_, path) != nullptr;
 }
 
@@ -396,7 +397,7 @@ void MemoryFileSystem::addSymlink(std::string_view path, std::string_view target
   if (!parent.empty()) {
     (void)createDirectories(parent, /*sync_created=*/true);
   }
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   auto dir = lookup(*shared_, parent);
   if (!dir || dir->kind != Kind::kDirectory) return;
   auto link = std::make_shared<Node>();
@@ -408,17 +409,17 @@ void MemoryFileSystem::addSymlink(std::string_view path, std::string_view target
 }
 
 void MemoryFileSystem::setCapacity(uint64_t bytes) {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   shared_->capacity = bytes;
 }
 
 uint64_t MemoryFileSystem::usedBytes() const {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   return shared_->used;
 }
 
 void MemoryFileSystem::simulateCrash() {
-  std::lock_guard lock(shared_->mu);
+  MutexLock lock(&shared_->mu);
   crash(*shared_->root);
   uint64_t used = 0;
   walk(shared_->root, "", [&](const std::string&, const Node& node) {

@@ -14,7 +14,7 @@ uint64_t iterationKey(uint32_t graph, uint32_t iteration) {
 }  // namespace
 
 void DirState::addReason(std::string_view reason) {
-  std::lock_guard lock(mu);
+  MutexLock lock(&mu);
   if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) {
     reasons.emplace_back(reason);
   }
@@ -33,11 +33,10 @@ std::shared_ptr<DirState> DirCache::newState(std::string path) {
 }
 
 Result<DirLease> DirCache::pin(const std::shared_ptr<DirState>& ds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return pinLocked(ds);
 }
 
-// REQUIRES: mu_ held.
 Result<DirLease> DirCache::pinLocked(const std::shared_ptr<DirState>& ds) {
   if (ds->detached) {
     // Rows held for an earlier ticket past their iteration's completion (a caller that
@@ -70,7 +69,6 @@ Result<DirLease> DirCache::pinLocked(const std::shared_ptr<DirState>& ds) {
 
 // Closes unpinned directories, least recently used first, until at most the cap are open.
 // Their appenders close too; rows written stay in the files, the figures in the DirState.
-// REQUIRES: mu_ held.
 void DirCache::closeLeastRecentlyUsed() {
   auto it = lru_.end();
   while (lru_.size() > max_open_ && it != lru_.begin()) {
@@ -80,14 +78,13 @@ void DirCache::closeLeastRecentlyUsed() {
     if (victim.pins.load(std::memory_order_acquire) != 0) continue;
     it = lru_.erase(it);
     victim.dir.reset();
-    std::lock_guard lock(victim.mu);
+    MutexLock lock(&victim.mu);
     victim.stat_csv.reset();
     victim.mapping_csv.reset();
   }
 }
 
 // Takes `ds` out of the open directories; returns its directory (null when closed).
-// REQUIRES: mu_ held.
 std::shared_ptr<Directory> DirCache::detachLocked(DirState& ds) {
   ds.detached = true;
   if (!ds.dir) return nullptr;
@@ -98,7 +95,7 @@ std::shared_ptr<Directory> DirCache::detachLocked(DirState& ds) {
 
 Result<DirLease> DirCache::iteration(uint32_t graph, uint32_t iteration) {
   const uint64_t key = iterationKey(graph, iteration);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_iterations_.find(key);
   if (it != open_iterations_.end()) return pinLocked(it->second);
   std::string path = net_dir_;
@@ -118,7 +115,7 @@ Result<DirLease> DirCache::iteration(uint32_t graph, uint32_t iteration) {
 }
 
 Result<DirLease> DirCache::constants(uint32_t graph) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = constants_.find(graph);
   if (it != constants_.end()) return pinLocked(it->second);
   std::string path = net_dir_;
@@ -133,7 +130,7 @@ Result<DirLease> DirCache::constants(uint32_t graph) {
 }
 
 Result<DirLease> DirCache::rankSubdir(const std::string& name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto it = rank_subdirs_.find(name);
   if (it != rank_subdirs_.end()) return pinLocked(it->second);
   auto ds = newState(rank_dir_ + "/" + name);
@@ -145,7 +142,7 @@ Result<DirLease> DirCache::rankSubdir(const std::string& name) {
 
 std::optional<DirCache::Taken> DirCache::takeIteration(uint32_t graph, uint32_t iteration) {
   const uint64_t key = iterationKey(graph, iteration);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Taken taken;
   auto it = open_iterations_.find(key);
   if (it != open_iterations_.end()) {
@@ -161,7 +158,7 @@ std::optional<DirCache::Taken> DirCache::takeIteration(uint32_t graph, uint32_t 
 
 std::vector<DirCache::Taken> DirCache::takeAllIterations() {
   std::vector<Taken> open;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (auto& [key, ds] : open_iterations_) {
     std::shared_ptr<Directory> dir = detachLocked(*ds);
     open.push_back({std::move(ds), std::move(dir)});

@@ -18,13 +18,13 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "storage/fs/file_system.h"
 
@@ -77,16 +77,18 @@ struct DirState {
   // DirCache::closeLeastRecentlyUsed(): the holder's uses happen before the close.
   std::atomic<uint32_t> pins{0};
 
-  std::mutex mu;  // guards the appenders, the `*_used` flags, `unsynced`, `reasons`, `errors`
-  HeldAppender stat_csv;
-  HeldAppender mapping_csv;
+  // Taken after DirCache::mu_ when both are held (closing a directory closes its appenders).
+  Mutex mu;
+  HeldAppender stat_csv GUARDED_BY(mu);
+  HeldAppender mapping_csv GUARDED_BY(mu);
   // An appender was opened here at least once: its file is synced at completion even when
   // the appender was closed meanwhile (directory closed as least recently used).
-  bool stat_csv_used = false;
-  bool mapping_csv_used = false;
-  std::vector<std::string> unsynced;  // durability "iteration": fsync'ed at completion
-  std::vector<std::string> reasons;
-  uint64_t errors = 0;
+  bool stat_csv_used GUARDED_BY(mu) = false;
+  bool mapping_csv_used GUARDED_BY(mu) = false;
+  std::vector<std::string> unsynced
+      GUARDED_BY(mu);  // durability "iteration": fsync'ed at completion
+  std::vector<std::string> reasons GUARDED_BY(mu);
+  uint64_t errors GUARDED_BY(mu) = 0;
 
   std::atomic<uint64_t> tensors{0};
   std::atomic<uint64_t> bytes{0};
@@ -154,9 +156,9 @@ class DirCache {
   }
 
  private:
-  Result<DirLease> pinLocked(const std::shared_ptr<DirState>& ds);
-  void closeLeastRecentlyUsed();
-  std::shared_ptr<Directory> detachLocked(DirState& ds);
+  Result<DirLease> pinLocked(const std::shared_ptr<DirState>& ds) REQUIRES(mu_);
+  void closeLeastRecentlyUsed() REQUIRES(mu_);
+  std::shared_ptr<Directory> detachLocked(DirState& ds) REQUIRES(mu_);
 
   // First: the DirStates' appenders count themselves in it until they are destroyed (the
   // writer declares its DirCache before anything else that holds a DirState).
@@ -167,14 +169,16 @@ class DirCache {
   const size_t max_open_;
   const bool sync_created_;
 
-  std::mutex mu_;  // guards the tables and `lru_` below, and each DirState's `dir`, `lru_pos`
-  std::map<uint64_t, std::shared_ptr<DirState>> open_iterations_;
-  std::set<uint64_t> completed_;
-  std::map<uint32_t, std::shared_ptr<DirState>> constants_;
-  std::map<std::string, std::shared_ptr<DirState>> rank_subdirs_;
+  // Taken before any DirState::mu. Also guards each DirState's `dir`, `lru_pos`, `cleaned`
+  // and `detached` (clang cannot name it from a DirState).
+  Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<DirState>> open_iterations_ GUARDED_BY(mu_);
+  std::set<uint64_t> completed_ GUARDED_BY(mu_);
+  std::map<uint32_t, std::shared_ptr<DirState>> constants_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<DirState>> rank_subdirs_ GUARDED_BY(mu_);
   // The DirStates whose directory is open, most recently used first; at most max_open_ of
   // them unless more are pinned by calls in flight.
-  std::list<DirState*> lru_;
+  std::list<DirState*> lru_ GUARDED_BY(mu_);
   // Figures for reports, written under mu_; relaxed: they order nothing.
   std::atomic<uint64_t> open_directories_{0};
   std::atomic<uint64_t> stale_temporaries_removed_{0};

@@ -42,7 +42,7 @@ Status FilePublisher::finishPublish(DirLease& lease, WritableFile& f, std::strin
   if (sync == SyncPolicy::kNow) return lease.dir().sync();
   if (sync == SyncPolicy::kDeferred) {
     DirState& ds = lease.state();
-    std::lock_guard lock(ds.mu);
+    MutexLock lock(&ds.mu);
     ds.unsynced.emplace_back(final_name);
   }
   return {};
@@ -67,7 +67,7 @@ Result<std::unique_ptr<AppendFile>> FilePublisher::openAppender(Directory& dir,
 
 Status FilePublisher::appendLine(DirLease& lease, bool stat_csv, std::string_view line) const {
   DirState& ds = lease.state();
-  std::lock_guard lock(ds.mu);
+  MutexLock lock(&ds.mu);
   HeldAppender& file = stat_csv ? ds.stat_csv : ds.mapping_csv;
   if (!file) {
     // Durability "iteration" syncs the directory at completion; "file" must do it now.

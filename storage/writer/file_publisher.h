@@ -68,8 +68,9 @@ class FilePublisher {
 
   // Syncs what the durability setting deferred to completion in ds (through `dir`, its
   // directory, reopened through `fs` when it was closed), then closes ds's appenders.
-  // REQUIRES: ds.mu held; ds detached (DirCache::takeIteration).
-  Status syncAtCompletion(DirState& ds, std::shared_ptr<Directory> dir, FileSystem& fs) const;
+  // REQUIRES: ds detached (DirCache::takeIteration).
+  Status syncAtCompletion(DirState& ds, std::shared_ptr<Directory> dir, FileSystem& fs) const
+      REQUIRES(ds.mu);
 
  private:
   // Before the rename of a file published under a short name: its mapping.csv line.

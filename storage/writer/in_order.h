@@ -13,9 +13,10 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace dumpd::storage {
 
@@ -24,7 +25,7 @@ class InOrder {
  public:
   // Tickets count from 1 (0 is free for "no ticket").
   uint64_t take() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return next_ticket_++;
   }
 
@@ -33,7 +34,7 @@ class InOrder {
   // REQUIRES: `ticket` was taken and not completed yet.
   template <typename Sink>
   void complete(uint64_t ticket, Item item, Sink&& sink) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     held_.emplace(ticket, std::move(item));
     if (releasing_) return;
     releasing_ = true;
@@ -55,16 +56,16 @@ class InOrder {
 
   // Items completed but waiting for an earlier ticket.
   size_t held() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return held_.size();
   }
 
  private:
-  mutable std::mutex mu_;
-  uint64_t next_ticket_ = 1;
-  uint64_t next_release_ = 1;
-  bool releasing_ = false;
-  std::map<uint64_t, Item> held_;
+  mutable Mutex mu_;
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
+  uint64_t next_release_ GUARDED_BY(mu_) = 1;
+  bool releasing_ GUARDED_BY(mu_) = false;
+  std::map<uint64_t, Item> held_ GUARDED_BY(mu_);
 };
 
 }  // namespace dumpd::storage

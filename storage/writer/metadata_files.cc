@@ -107,7 +107,7 @@ Status MetadataFiles::appendGlobalExecutionOrder(uint32_t graph_id, uint32_t ite
   auto lease = dirs_.rankSubdir("execution_order");
   if (!lease) return counters_.recordError(lease.error());
   const std::string file = "ms_global_execution_order_graph_" + std::to_string(graph_id) + ".csv";
-  std::lock_guard lock(lease.value().state().mu);
+  MutexLock lock(&lease.value().state().mu);
   auto opened = FilePublisher::openAppender(lease.value().dir(), file, {}, files_.syncDirs());
   if (!opened) return counters_.recordError(opened.error());
   std::unique_ptr<AppendFile> appender = std::move(opened.value());
@@ -140,7 +140,7 @@ Status MetadataFiles::writeKernelArgs(
 }
 
 Status MetadataFiles::appendManifest(const std::string& line) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!manifest_) {
     auto lease = dirs_.pin(metadata_dir_);
     if (!lease) return lease.error();
@@ -161,7 +161,7 @@ Status MetadataFiles::completeIteration(uint32_t graph, uint32_t iteration, DirC
   uint64_t tensors = 0, bytes = 0, dropped = dropped_upstream, errors = 0;
   std::vector<std::string> reasons;
   if (DirState* ds = taken.state.get()) {
-    std::lock_guard lock(ds->mu);
+    MutexLock lock(&ds->mu);
     if (files_.syncDirs()) result = files_.syncAtCompletion(*ds, std::move(taken.dir), fs_);
     ds->unsynced.clear();
     ds->stat_csv.reset();

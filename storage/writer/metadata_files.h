@@ -10,12 +10,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "config/dump_plan.h"
 #include "storage/writer/dir_cache.h"
@@ -54,8 +54,8 @@ class MetadataFiles {
   const FilePublisher& files_;
   WriterCounters& counters_;
   const std::shared_ptr<DirState> metadata_dir_;
-  std::mutex mu_;  // guards manifest_
-  HeldAppender manifest_;
+  Mutex mu_;
+  HeldAppender manifest_ GUARDED_BY(mu_);
 };
 
 }  // namespace dumpd::storage

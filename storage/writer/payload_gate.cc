@@ -39,7 +39,7 @@ Result<bool> PayloadGate::admitFreeSpace(uint64_t bytes) {
   // Relaxed: the budget is a counter; the recheck below is serialised by mu_.
   if (free_budget_.fetch_sub(need, std::memory_order_relaxed) >= need) return true;
   free_budget_.fetch_add(need, std::memory_order_relaxed);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (free_budget_.fetch_sub(need, std::memory_order_relaxed) >= need) return true;  // refreshed
   free_budget_.fetch_add(need, std::memory_order_relaxed);
   auto free = fs_->freeBytes();
@@ -65,13 +65,13 @@ void PayloadGate::release(uint64_t reserved, uint64_t actual) {
 }
 
 void PayloadGate::stop(const std::string& reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (stop_reason_.empty()) stop_reason_ = reason;
   stopped_.store(true, std::memory_order_release);
 }
 
 std::string PayloadGate::stopReason() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return stop_reason_;
 }
 

@@ -10,9 +10,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "storage/fs/file_system.h"
 
@@ -33,7 +33,7 @@ class PayloadGate {
   std::string stopReason() const;
 
  private:
-  Result<bool> admitFreeSpace(uint64_t bytes);
+  Result<bool> admitFreeSpace(uint64_t bytes) EXCLUDES(mu_);
   void stop(const std::string& reason);
 
   const std::shared_ptr<FileSystem> fs_;
@@ -44,8 +44,8 @@ class PayloadGate {
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> payload_bytes_{0};  // written plus reserved by writes in flight
   std::atomic<int64_t> free_budget_{0};     // payload bytes allowed before statvfs is asked again
-  mutable std::mutex mu_;                   // guards stop_reason_; serialises the statvfs rechecks
-  std::string stop_reason_;
+  mutable Mutex mu_;                        // serialises the statvfs rechecks
+  std::string stop_reason_ GUARDED_BY(mu_);
 };
 
 }  // namespace dumpd::storage

@@ -4,28 +4,28 @@ namespace dumpd::storage {
 
 void TensorMemo::publish(MemoResult result) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (done_) return;
     result_ = std::move(result);
     done_ = true;
   }
-  cv_.notify_all();
+  cv_.signalAll();
 }
 
 const MemoResult& TensorMemo::wait() const {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
+  MutexLock lock(&mu_);
+  while (!done_) cv_.wait(&mu_);
   return result_;
 }
 
 bool TensorMemo::published() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 
 LinkSource TensorMemo::claimLink(uint32_t max_links) {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [this] { return !rebasing_; });
+  MutexLock lock(&mu_);
+  while (rebasing_) cv_.wait(&mu_);
   if (link_file_.empty()) {
     link_file_ = result_.file;
     link_bytes_ = result_.file_bytes;
@@ -41,8 +41,8 @@ LinkSource TensorMemo::claimLink(uint32_t max_links) {
 
 LinkSource TensorMemo::linkRefused(const std::string& file, uint32_t max_links) {
   {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return !rebasing_; });
+    MutexLock lock(&mu_);
+    while (rebasing_) cv_.wait(&mu_);
     if (link_file_ == file) {
       links_ = max_links;  // no more links to it: the next claim writes a new first file
     }
@@ -52,21 +52,21 @@ LinkSource TensorMemo::linkRefused(const std::string& file, uint32_t max_links) 
 
 void TensorMemo::rebase(std::string file, uint64_t bytes) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     link_file_ = std::move(file);
     link_bytes_ = bytes;
     links_ = 0;
     rebasing_ = false;
   }
-  cv_.notify_all();
+  cv_.signalAll();
 }
 
 void TensorMemo::abandonRebase() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     rebasing_ = false;
   }
-  cv_.notify_all();
+  cv_.signalAll();
 }
 
 }  // namespace dumpd::storage

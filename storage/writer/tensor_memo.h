@@ -19,14 +19,13 @@
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/mutex.h"
 #include "storage/format/statistics.h"
 
 namespace dumpd::storage {
@@ -86,15 +85,15 @@ class TensorMemo {
   const uint32_t iteration_;
   const DType dtype_;
   const std::vector<int64_t> shape_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_; result_ is immutable once set
-  MemoResult result_;
-  // The link source (guarded by mu_): empty until the first claimLink() takes result_'s.
-  std::string link_file_;
-  uint64_t link_bytes_ = 0;
-  uint32_t links_ = 0;     // links claimed to link_file_
-  bool rebasing_ = false;  // a caller is writing the new first file
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  bool done_ GUARDED_BY(mu_) = false;
+  MemoResult result_ GUARDED_BY(mu_);  // immutable once done_
+  // The link source: empty until the first claimLink() takes result_'s.
+  std::string link_file_ GUARDED_BY(mu_);
+  uint64_t link_bytes_ GUARDED_BY(mu_) = 0;
+  uint32_t links_ GUARDED_BY(mu_) = 0;     // links claimed to link_file_
+  bool rebasing_ GUARDED_BY(mu_) = false;  // a caller is writing the new first file
 };
 
 }  // namespace dumpd::storage

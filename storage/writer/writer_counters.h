@@ -6,9 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "storage/writer/dir_cache.h"
 
@@ -28,21 +28,21 @@ class WriterCounters {
   Error recordError(Error e, DirState* ds = nullptr) {
     write_errors.fetch_add(1, std::memory_order_relaxed);
     if (ds != nullptr) {
-      std::lock_guard lock(ds->mu);
+      MutexLock lock(&ds->mu);
       ++ds->errors;
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     last_error_ = e.message;
     return e;
   }
   std::string lastError() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return last_error_;
   }
 
  private:
-  mutable std::mutex mu_;  // guards last_error_
-  std::string last_error_;
+  mutable Mutex mu_;
+  std::string last_error_ GUARDED_BY(mu_);
 };
 
 }  // namespace dumpd::storage

@@ -20,10 +20,10 @@ WriterPool::WriterPool(unsigned threads, uint64_t capacity_bytes,
 
 WriterPool::~WriterPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.signalAll();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -56,43 +56,43 @@ void WriterPool::enqueue(uint64_t owner, uint64_t bytes, Task task) {
 
 void WriterPool::submit(uint64_t owner, uint64_t bytes, Task task) {
   {
-    std::unique_lock lock(mu_);
-    space_cv_.wait(lock, [&] { return fits(owner, bytes); });
+    MutexLock lock(&mu_);
+    while (!fits(owner, bytes)) space_cv_.wait(&mu_);
     enqueue(owner, bytes, std::move(task));
   }
-  work_cv_.notify_one();
+  work_cv_.signal();
 }
 
 bool WriterPool::trySubmit(uint64_t owner, uint64_t bytes, Task& task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!fits(owner, bytes)) return false;
     enqueue(owner, bytes, std::move(task));
   }
-  work_cv_.notify_one();
+  work_cv_.signal();
   return true;
 }
 
 void WriterPool::drain() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   const uint64_t target = next_seq_;
-  space_cv_.wait(lock, [&] { return oldestPending() >= target; });
+  while (oldestPending() < target) space_cv_.wait(&mu_);
 }
 
 uint64_t WriterPool::pendingBytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return pending_bytes_;
 }
 
 uint64_t WriterPool::pendingTasks() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return pending_tasks_;
 }
 
 void WriterPool::run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    work_cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+    while (!stopping_ && ready_.empty()) work_cv_.wait(&mu_);
     if (ready_.empty()) return;  // stopping, and every queued task has run
     // Round robin: the owner at the front gives one task and goes to the back if it has more.
     const uint64_t owner = ready_.front();
@@ -112,7 +112,7 @@ void WriterPool::run() {
     if (after.pending_bytes == 0 && after.queue.empty()) owners_.erase(owner);
     pending_bytes_ -= item.bytes;
     --pending_tasks_;
-    space_cv_.notify_all();
+    space_cv_.signalAll();
   }
 }
 

@@ -10,15 +10,15 @@
 // is not ordered, so callers that need in-order release track completion themselves.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace dumpd::storage {
 
@@ -62,22 +62,22 @@ class WriterPool {
     uint64_t pending_bytes = 0;  // queued + running
   };
   void run();
-  bool fits(uint64_t owner, uint64_t bytes) const;          // REQUIRES: mu_ held
-  void enqueue(uint64_t owner, uint64_t bytes, Task task);  // REQUIRES: mu_ held
-  uint64_t oldestPending() const;  // REQUIRES: mu_ held; next_seq_ when nothing pending
+  bool fits(uint64_t owner, uint64_t bytes) const REQUIRES(mu_);
+  void enqueue(uint64_t owner, uint64_t bytes, Task task) REQUIRES(mu_);
+  uint64_t oldestPending() const REQUIRES(mu_);  // next_seq_ when nothing pending
 
   const uint64_t capacity_;
   const uint64_t owner_capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;   // a task arrived or stopping
-  std::condition_variable space_cv_;  // bytes freed / task finished
-  std::map<uint64_t, Owner> owners_;  // owners with pending bytes
-  std::deque<uint64_t> ready_;        // owners with queued tasks, in serving order
-  uint64_t pending_bytes_ = 0;
-  uint64_t pending_tasks_ = 0;
-  bool stopping_ = false;
-  uint64_t next_seq_ = 0;
-  std::multiset<uint64_t> running_;  // seqs of tasks being run
+  mutable Mutex mu_;
+  CondVar work_cv_;                                   // a task arrived or stopping
+  CondVar space_cv_;                                  // bytes freed / task finished
+  std::map<uint64_t, Owner> owners_ GUARDED_BY(mu_);  // owners with pending bytes
+  std::deque<uint64_t> ready_ GUARDED_BY(mu_);        // owners with queued tasks, in serving order
+  uint64_t pending_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t pending_tasks_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  std::multiset<uint64_t> running_ GUARDED_BY(mu_);  // seqs of tasks being run
   std::vector<std::thread> threads_;
 };
 
