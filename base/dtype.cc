@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "base/dtype_visit.h"
+
 namespace dumpd {
 namespace {
 
@@ -32,6 +34,20 @@ constexpr std::array<DTypeInfo, kDTypeCount> kInfo = {{
     {"complex64", 8, DType::kComplex64, "<c8"},
     {"complex128", 16, DType::kComplex128, "<c16"},
 }};
+
+// The sizes above are those of visitDType's tags (base/dtype_visit.h): one layout per dtype.
+constexpr bool sizesMatchTags() {
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const size_t tag_size = visitDType(static_cast<DType>(i),
+                                       Overloaded{
+                                           [](UnknownDType) -> size_t { return 0; },
+                                           [](auto tag) -> size_t { return decltype(tag)::size; },
+                                       });
+    if (tag_size != kInfo[static_cast<size_t>(i)].size) return false;
+  }
+  return true;
+}
+static_assert(sizesMatchTags(), "kInfo and visitDType disagree on a dtype's size");
 
 const DTypeInfo& info(DType t) { return kInfo[static_cast<size_t>(t)]; }
 

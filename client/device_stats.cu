@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "base/dtype_visit.h"
 #include "client/device_stats.h"
 #include "ipc/ring_format.h"
 
@@ -193,41 +194,30 @@ cudaError_t launchDeviceStatistics(void* result, void* scratch, const void* src,
                                    DType dtype, cudaStream_t stream) {
   const auto* p = static_cast<const unsigned char*>(src);
   const bool aligned16 = reinterpret_cast<uintptr_t>(p) % 2 == 0;
-  switch (dtype) {
-    case DType::kBool:
-      return launch(Bool{p}, result, scratch, elements, stream);
-    case DType::kInt8:
-      return launchPlain<int8_t>(p, result, scratch, elements, stream);
-    case DType::kInt16:
-      return launchPlain<int16_t>(p, result, scratch, elements, stream);
-    case DType::kInt32:
-      return launchPlain<int32_t>(p, result, scratch, elements, stream);
-    case DType::kInt64:
-      return launchPlain<int64_t>(p, result, scratch, elements, stream);
-    case DType::kUInt8:
-    case DType::kUInt1:
-      return launchPlain<uint8_t>(p, result, scratch, elements, stream);
-    case DType::kUInt16:
-      return launchPlain<uint16_t>(p, result, scratch, elements, stream);
-    case DType::kUInt32:
-      return launchPlain<uint32_t>(p, result, scratch, elements, stream);
-    case DType::kUInt64:
-      return launchPlain<uint64_t>(p, result, scratch, elements, stream);
-    case DType::kFloat32:
-      return launchPlain<float>(p, result, scratch, elements, stream);
-    case DType::kFloat64:
-      return launchPlain<double>(p, result, scratch, elements, stream);
-    case DType::kFloat16:
-      return launch(Half{Plain<uint16_t>{p, aligned16}}, result, scratch, elements, stream);
-    case DType::kBFloat16:
-      return launch(BFloat16{Plain<uint16_t>{p, aligned16}}, result, scratch, elements, stream);
-    case DType::kInt4:
-      return launch(Int4{p}, result, scratch, elements, stream);
-    case DType::kComplex64:
-    case DType::kComplex128:
-      break;
-  }
-  return cudaErrorInvalidValue;
+  // Host code: the kernel is chosen here, per dtype (nvcc builds this file as C++17).
+  return visitDType(
+      dtype,
+      Overloaded{
+          [&](auto tag) {
+            static_assert(kIsPlainDType<decltype(tag)>, "a dtype without a kernel");
+            using T = typename decltype(tag)::type;
+            return launchPlain<T>(p, result, scratch, elements, stream);
+          },
+          [&](BoolTag) { return launch(Bool{p}, result, scratch, elements, stream); },
+          [&](UInt1Tag) { return launchPlain<uint8_t>(p, result, scratch, elements, stream); },
+          [&](Float16Tag) {
+            return launch(Half{Plain<uint16_t>{p, aligned16}}, result, scratch, elements, stream);
+          },
+          [&](BFloat16Tag) {
+            return launch(BFloat16{Plain<uint16_t>{p, aligned16}}, result, scratch, elements,
+                          stream);
+          },
+          [&](Int4Tag) { return launch(Int4{p}, result, scratch, elements, stream); },
+          // No statistics for complex tensors; no kernel for a value that is no dtype.
+          [](Complex64Tag) { return cudaErrorInvalidValue; },
+          [](Complex128Tag) { return cudaErrorInvalidValue; },
+          [](UnknownDType) { return cudaErrorInvalidValue; },
+      });
 }
 
 }  // namespace dumpd::client

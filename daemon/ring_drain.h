@@ -24,20 +24,20 @@
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
 #include "storage/writer/job_writer.h"
+#include "storage/writer/tensor_counters.h"
 #include "storage/writer/tensor_memo.h"
 #include "storage/writer/writer_pool.h"
 
 namespace dumpd::daemon {
 
-struct DrainCounters {
+// The session's figures for status: the writer's tensor counters, summed from the outcomes
+// of the writes this session handed over (tensors_dropped: not the client's own drops), and
+// what only the session sees.
+struct DrainCounters : storage::TensorCounters {
   std::atomic<uint64_t> records{0};
   std::atomic<uint64_t> tensors_received{0};
-  std::atomic<uint64_t> tensors_written{0};
-  std::atomic<uint64_t> tensors_dropped{0};
   std::atomic<uint64_t> tensors_failed{0};
-  std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> tensors_filtered{0};
-  std::atomic<uint64_t> tensors_linked{0};  // dump once: files linked from a repeated tensor
 };
 
 // Figures the session thread refreshes for status (the io thread reads them as a Snapshot).

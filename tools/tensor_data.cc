@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/dtype_visit.h"
 #include "base/element_count.h"
 #include "base/unique_fd.h"
 #include "storage/format/convert.h"
@@ -135,64 +136,34 @@ TensorData TensorData::view(DType dtype, std::span<const std::byte> bytes, uint6
 
 void TensorData::decode(uint64_t first, size_t n, double* out) const {
   const unsigned char* p = data_;
-  switch (dtype_) {
-    case DType::kBool:
-      for (size_t i = 0; i < n; ++i) out[i] = p[first + i] != 0 ? 1.0 : 0.0;
-      break;
-    case DType::kUInt1:  // one byte per element
-    case DType::kUInt8:
-      decodeAs<uint8_t>(p, first, n, out);
-      break;
-    case DType::kInt8:
-      decodeAs<int8_t>(p, first, n, out);
-      break;
-    case DType::kInt16:
-      decodeAs<int16_t>(p, first, n, out);
-      break;
-    case DType::kUInt16:
-      decodeAs<uint16_t>(p, first, n, out);
-      break;
-    case DType::kInt32:
-      decodeAs<int32_t>(p, first, n, out);
-      break;
-    case DType::kUInt32:
-      decodeAs<uint32_t>(p, first, n, out);
-      break;
-    case DType::kInt64:
-      decodeAs<int64_t>(p, first, n, out);
-      break;
-    case DType::kUInt64:
-      decodeAs<uint64_t>(p, first, n, out);
-      break;
-    case DType::kFloat32:
-    case DType::kComplex64:  // real, imaginary, real, ...
-      decodeAs<float>(p, first, n, out);
-      break;
-    case DType::kFloat64:
-    case DType::kComplex128:
-      decodeAs<double>(p, first, n, out);
-      break;
-    case DType::kFloat16: {
-      const unsigned char* q = p + 2 * first;
-      for (size_t i = 0; i < n; ++i) {
-        out[i] = storage::halfToFloat(loadUnaligned<uint16_t>(q + 2 * i));
-      }
-      break;
-    }
-    case DType::kBFloat16: {
-      const unsigned char* q = p + 2 * first;
-      for (size_t i = 0; i < n; ++i)
-        out[i] = storage::bf16ToFloat(loadUnaligned<uint16_t>(q + 2 * i));
-      break;
-    }
-    case DType::kInt4:
-      for (size_t i = 0; i < n; ++i) {
-        const uint64_t e = first + i;
-        const uint8_t b = p[e >> 1];
-        out[i] = (e & 1) ? storage::int4High(b) : storage::int4Low(b);
-      }
-      break;
-  }
+  visitDType(dtype_, Overloaded{
+                         [&]<typename T>(DTypeTag<T>) { decodeAs<T>(p, first, n, out); },
+                         // `first` and `n` count values: real, imaginary, real, ...
+                         [&]<typename T>(ComplexTag<T>) { decodeAs<T>(p, first, n, out); },
+                         [&](BoolTag) {
+                           for (size_t i = 0; i < n; ++i) out[i] = p[first + i] != 0 ? 1.0 : 0.0;
+                         },
+                         [&](UInt1Tag) { decodeAs<uint8_t>(p, first, n, out); },  // one byte each
+                         [&](Float16Tag) {
+                           const unsigned char* q = p + 2 * first;
+                           for (size_t i = 0; i < n; ++i) {
+                             out[i] = storage::halfToFloat(loadUnaligned<uint16_t>(q + 2 * i));
+                           }
+                         },
+                         [&](BFloat16Tag) {
+                           const unsigned char* q = p + 2 * first;
+                           for (size_t i = 0; i < n; ++i)
+                             out[i] = storage::bf16ToFloat(loadUnaligned<uint16_t>(q + 2 * i));
+                         },
+                         [&](Int4Tag) {
+                           for (size_t i = 0; i < n; ++i) {
+                             const uint64_t e = first + i;
+                             const uint8_t b = p[e >> 1];
+                             out[i] = (e & 1) ? storage::int4High(b) : storage::int4Low(b);
+                           }
+                         },
+                         [](UnknownDType) {},
+                     });
 }
 
 }  // namespace dumpd::tools

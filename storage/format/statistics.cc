@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype_visit.h"
 #include "storage/format/convert.h"
 
 namespace dumpd::storage {
@@ -121,74 +122,48 @@ void accumulateAs(const unsigned char* p, uint64_t n, Accumulator& a) {
 }
 
 void accumulateValues(DType dtype, const unsigned char* p, uint64_t n, Accumulator& a) {
-  switch (dtype) {
-    case DType::kBool:
-      accumulate<false>(
-          n, [p](uint64_t i) { return p[i] != 0 ? 1.0 : 0.0; }, a);
-      break;
-    case DType::kInt8:
-      accumulateAs<int8_t>(p, n, a);
-      break;
-    case DType::kInt16:
-      accumulateAs<int16_t>(p, n, a);
-      break;
-    case DType::kInt32:
-      accumulateAs<int32_t>(p, n, a);
-      break;
-    case DType::kInt64:
-      accumulateAs<int64_t>(p, n, a);
-      break;
-    case DType::kUInt8:
-    case DType::kUInt1:
-      accumulateAs<uint8_t>(p, n, a);
-      break;
-    case DType::kUInt16:
-      accumulateAs<uint16_t>(p, n, a);
-      break;
-    case DType::kUInt32:
-      accumulateAs<uint32_t>(p, n, a);
-      break;
-    case DType::kUInt64:
-      accumulateAs<uint64_t>(p, n, a);
-      break;
-    case DType::kFloat32:
-      accumulateAs<float, true>(p, n, a);
-      break;
-    case DType::kFloat64:
-      accumulateAs<double, true>(p, n, a);
-      break;
-    case DType::kFloat16: {
-      // Decode a block into floats first: the decode loop vectorises on its own, fused into
-      // the accumulation it does not.
-      constexpr uint64_t kBlock = 2048;
-      float block[kBlock];
-      for (uint64_t start = 0; start < n; start += kBlock) {
-        const uint64_t m = std::min(kBlock, n - start);
-        const unsigned char* q = p + 2 * start;
-        for (uint64_t i = 0; i < m; ++i) block[i] = halfToFloat(loadUnaligned<uint16_t>(q + 2 * i));
-        accumulate<true>(
-            m, [&block](uint64_t i) { return double{block[i]}; }, a);
-      }
-      break;
-    }
-    case DType::kBFloat16:
-      accumulate<true>(
-          n, [p](uint64_t i) { return double{bf16ToFloat(loadUnaligned<uint16_t>(p + 2 * i))}; },
-          a);
-      break;
-    case DType::kInt4:
-      accumulate<false>(
-          n,
-          [p](uint64_t i) {
-            uint8_t b = p[i >> 1];
-            return static_cast<double>((i & 1) ? int4High(b) : int4Low(b));
+  visitDType(
+      dtype,
+      Overloaded{
+          [&]<typename T>(DTypeTag<T>) { accumulateAs<T, std::is_floating_point_v<T>>(p, n, a); },
+          [&](BoolTag) {
+            accumulate<false>(
+                n, [p](uint64_t i) { return p[i] != 0 ? 1.0 : 0.0; }, a);
           },
-          a);
-      break;
-    case DType::kComplex64:
-    case DType::kComplex128:
-      break;
-  }
+          [&](UInt1Tag) { accumulateAs<uint8_t>(p, n, a); },
+          [&](Float16Tag) {
+            // Decode a block into floats first: the decode loop vectorises on its own, fused
+            // into the accumulation it does not.
+            constexpr uint64_t kBlock = 2048;
+            float block[kBlock];
+            for (uint64_t start = 0; start < n; start += kBlock) {
+              const uint64_t m = std::min(kBlock, n - start);
+              const unsigned char* q = p + 2 * start;
+              for (uint64_t i = 0; i < m; ++i) {
+                block[i] = halfToFloat(loadUnaligned<uint16_t>(q + 2 * i));
+              }
+              accumulate<true>(
+                  m, [&block](uint64_t i) { return double{block[i]}; }, a);
+            }
+          },
+          [&](BFloat16Tag) {
+            accumulate<true>(
+                n,
+                [p](uint64_t i) { return double{bf16ToFloat(loadUnaligned<uint16_t>(p + 2 * i))}; },
+                a);
+          },
+          [&](Int4Tag) {
+            accumulate<false>(
+                n,
+                [p](uint64_t i) {
+                  uint8_t b = p[i >> 1];
+                  return static_cast<double>((i & 1) ? int4High(b) : int4Low(b));
+                },
+                a);
+          },
+          []<typename T>(ComplexTag<T>) {},  // no statistics
+          [](UnknownDType) {},
+      });
 }
 
 struct MdCtxDeleter {
@@ -270,17 +245,15 @@ bool firstZeroNegative(const unsigned char* p, uint64_t n, U sign_bit) {
 }
 
 bool firstZeroNegative(DType dtype, const unsigned char* p, uint64_t n) {
-  switch (dtype) {
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      return firstZeroNegative<uint16_t>(p, n, 0x8000);
-    case DType::kFloat32:
-      return firstZeroNegative<uint32_t>(p, n, 0x80000000u);
-    case DType::kFloat64:
-      return firstZeroNegative<uint64_t>(p, n, uint64_t{1} << 63);
-    default:
-      return false;  // integers and bool have one zero
-  }
+  return visitDType(
+      dtype,
+      Overloaded{
+          [&](Float16Tag) { return firstZeroNegative<uint16_t>(p, n, 0x8000); },
+          [&](BFloat16Tag) { return firstZeroNegative<uint16_t>(p, n, 0x8000); },
+          [&](DTypeTag<float>) { return firstZeroNegative<uint32_t>(p, n, 0x80000000u); },
+          [&](DTypeTag<double>) { return firstZeroNegative<uint64_t>(p, n, uint64_t{1} << 63); },
+          [](auto) { return false; },  // integers and bool have one zero
+      });
 }
 
 }  // namespace
@@ -340,20 +313,20 @@ void computeStats(DType dtype, uint64_t elements, ConstBuffer data, const StatOp
 
 bool containsNonFinite(DType dtype, ConstBuffer data) {
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  switch (dtype) {
-    case DType::kFloat16:
-      return anyNonFinite<uint16_t>(p, data.size() / 2, 0x7c00);
-    case DType::kBFloat16:
-      return anyNonFinite<uint16_t>(p, data.size() / 2, 0x7f80);
-    case DType::kFloat32:
-    case DType::kComplex64:
-      return anyNonFinite<uint32_t>(p, data.size() / 4, 0x7f800000u);
-    case DType::kFloat64:
-    case DType::kComplex128:
-      return anyNonFinite<uint64_t>(p, data.size() / 8, 0x7ff0000000000000ull);
-    default:
-      return false;
-  }
+  // Inf and NaN: every exponent bit set (complex: in either part).
+  const auto any = [&]<typename U>(U exponent_mask) {
+    return anyNonFinite<U>(p, data.size() / sizeof(U), exponent_mask);
+  };
+  return visitDType(dtype,
+                    Overloaded{
+                        [&](Float16Tag) { return any(uint16_t{0x7c00}); },
+                        [&](BFloat16Tag) { return any(uint16_t{0x7f80}); },
+                        [&](DTypeTag<float>) { return any(uint32_t{0x7f800000u}); },
+                        [&](Complex64Tag) { return any(uint32_t{0x7f800000u}); },
+                        [&](DTypeTag<double>) { return any(uint64_t{0x7ff0000000000000ull}); },
+                        [&](Complex128Tag) { return any(uint64_t{0x7ff0000000000000ull}); },
+                        [](auto) { return false; },
+                    });
 }
 
 void appendHex(std::string& out, std::span<const unsigned char> bytes) {

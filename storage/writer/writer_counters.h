@@ -11,15 +11,12 @@
 #include "base/mutex.h"
 #include "base/result.h"
 #include "storage/writer/dir_cache.h"
+#include "storage/writer/tensor_counters.h"
 
 namespace dumpd::storage {
 
-class WriterCounters {
+class WriterCounters : public TensorCounters {
  public:
-  std::atomic<uint64_t> tensors_written{0};
-  std::atomic<uint64_t> tensors_dropped{0};
-  std::atomic<uint64_t> bytes_written{0};
-  std::atomic<uint64_t> tensors_linked{0};
   std::atomic<uint64_t> repeats_copied{0};
   std::atomic<uint64_t> write_errors{0};
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "base/dtype_visit.h"
 #include "ipc/ring_format.h"
 
 namespace dumpd::testing {
@@ -209,63 +210,45 @@ Status FakeDevice::copyAsync(void* dst, const void* src, size_t bytes, client::S
 
 namespace {
 
-// Element i as a double, decoded here independently of the daemon's code.
+// Element i as a double, decoded here independently of the daemon's code (only the dispatch on
+// the dtype is shared: base/dtype_visit.h, tested on its own).
 double fakeElement(DType dtype, const unsigned char* p, uint64_t i) {
   auto load = [&]<typename T>(T) {
     T v;
     std::memcpy(&v, p + i * sizeof(T), sizeof v);
     return v;
   };
-  switch (dtype) {
-    case DType::kBool:
-      return p[i] != 0 ? 1 : 0;
-    case DType::kInt8:
-      return load(int8_t{});
-    case DType::kInt16:
-      return load(int16_t{});
-    case DType::kInt32:
-      return load(int32_t{});
-    case DType::kInt64:
-      return static_cast<double>(load(int64_t{}));
-    case DType::kUInt8:
-    case DType::kUInt1:
-      return p[i];
-    case DType::kUInt16:
-      return load(uint16_t{});
-    case DType::kUInt32:
-      return load(uint32_t{});
-    case DType::kUInt64:
-      return static_cast<double>(load(uint64_t{}));
-    case DType::kFloat32:
-      return load(float{});
-    case DType::kFloat64:
-      return load(double{});
-    case DType::kFloat16: {
-      const uint16_t h = load(uint16_t{});
-      const int exponent = (h >> 10) & 0x1f;
-      const double mantissa = h & 0x3ff;
-      const double sign = (h & 0x8000) ? -1 : 1;
-      if (exponent == 0x1f) {
-        return mantissa != 0 ? std::nan("") : sign * std::numeric_limits<double>::infinity();
-      }
-      if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-      return sign * std::ldexp(1024 + mantissa, exponent - 25);
-    }
-    case DType::kBFloat16: {
-      const uint32_t bits = static_cast<uint32_t>(load(uint16_t{})) << 16;
-      float f;
-      std::memcpy(&f, &bits, sizeof f);
-      return f;
-    }
-    case DType::kInt4: {
-      const int nibble = (i & 1) ? p[i / 2] >> 4 : p[i / 2] & 0xf;
-      return nibble >= 8 ? nibble - 16 : nibble;
-    }
-    case DType::kComplex64:
-    case DType::kComplex128:
-      break;
-  }
-  return std::nan("");
+  return visitDType(dtype,
+                    Overloaded{
+                        [&]<typename T>(DTypeTag<T>) { return static_cast<double>(load(T{})); },
+                        [&](BoolTag) -> double { return p[i] != 0 ? 1 : 0; },
+                        [&](UInt1Tag) -> double { return p[i]; },
+                        [&](Float16Tag) {
+                          const uint16_t h = load(uint16_t{});
+                          const int exponent = (h >> 10) & 0x1f;
+                          const double mantissa = h & 0x3ff;
+                          const double sign = (h & 0x8000) ? -1 : 1;
+                          if (exponent == 0x1f) {
+                            return mantissa != 0 ? std::nan("")
+                                                 : sign * std::numeric_limits<double>::infinity();
+                          }
+                          if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+                          return sign * std::ldexp(1024 + mantissa, exponent - 25);
+                        },
+                        [&](BFloat16Tag) -> double {
+                          const uint32_t bits = static_cast<uint32_t>(load(uint16_t{})) << 16;
+                          float f;
+                          std::memcpy(&f, &bits, sizeof f);
+                          return f;
+                        },
+                        [&](Int4Tag) -> double {
+                          const int nibble = (i & 1) ? p[i / 2] >> 4 : p[i / 2] & 0xf;
+                          return nibble >= 8 ? nibble - 16 : nibble;
+                        },
+                        // No statistics for complex tensors.
+                        []<typename T>(ComplexTag<T>) { return std::nan(""); },
+                        [](UnknownDType) { return std::nan(""); },
+                    });
 }
 
 }  // namespace
