@@ -117,23 +117,28 @@ class CudaDevice final : public DeviceApi {
   }
 };
 
+// The process's one CUDA device API, made at the first call (or why there is none).
+struct CudaDeviceSlot {
+  Mutex mu;
+  std::shared_ptr<DeviceApi> device GUARDED_BY(mu);
+  std::string failure GUARDED_BY(mu);
+};
+
 }  // namespace
 
 Result<std::shared_ptr<DeviceApi>> cudaDevice() {
-  static Mutex mu;
-  static std::shared_ptr<DeviceApi> device;
-  static std::string failure;
-  MutexLock lock(&mu);
-  if (device) return device;
-  if (!failure.empty()) return makeError(ErrorCode::kUnavailable, failure);
+  static CudaDeviceSlot slot;
+  MutexLock lock(&slot.mu);
+  if (slot.device) return slot.device;
+  if (!slot.failure.empty()) return makeError(ErrorCode::kUnavailable, slot.failure);
   int n = 0;
   if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess || n == 0) {
-    failure = std::string("CUDA tensors cannot be dumped here: ") +
-              (e != cudaSuccess ? std::string(cudaGetErrorString(e)) : "no CUDA device");
-    return makeError(ErrorCode::kUnavailable, failure);
+    slot.failure = std::string("CUDA tensors cannot be dumped here: ") +
+                   (e != cudaSuccess ? std::string(cudaGetErrorString(e)) : "no CUDA device");
+    return makeError(ErrorCode::kUnavailable, slot.failure);
   }
-  device = std::make_shared<CudaDevice>();
-  return device;
+  slot.device = std::make_shared<CudaDevice>();
+  return slot.device;
 }
 
 }  // namespace dumpd::client
