@@ -16,8 +16,7 @@ constexpr unsigned kMaxBlocks = 2048;
 
 __global__ void copyVec16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     dst[i] = src[i];
   }
 }
@@ -25,8 +24,7 @@ __global__ void copyVec16(uint4* __restrict__ dst, const uint4* __restrict__ src
 __global__ void copyBytes(unsigned char* __restrict__ dst, const unsigned char* __restrict__ src,
                           size_t n) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     dst[i] = src[i];
   }
 }

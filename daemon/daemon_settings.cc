@@ -17,9 +17,9 @@ namespace {
 using config::parseCompression;
 using config::parseDurability;
 using config::readTextFile;
-using ipc::parseBackpressure;
 using config::internal::describe;
 using config::internal::parseJson;
+using ipc::parseBackpressure;
 
 using nlohmann::json;
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/unique_fd.h"
+#include "storage/format/open_for_reading.h"
 
 namespace dumpd::storage {
 namespace {
@@ -140,11 +141,9 @@ Result<std::shared_ptr<unsigned char[]>> decompressLz4Frames(std::span<const std
 Result<std::string> readLz4Prefix(const std::string& path, size_t want) {
   auto dctx = newDctx(path);
   if (!dctx) return dctx.error();
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) {
-    return makeError(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
-                     "cannot open " + path + ": " + std::strerror(errno));
-  }
+  auto opened = openForReading(path);
+  if (!opened) return opened.error();
+  UniqueFd fd = std::move(opened.value());
   std::string out(want, '\0');
   size_t got = 0;
   char chunk[16384];

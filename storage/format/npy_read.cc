@@ -11,6 +11,7 @@
 #include "storage/format/convert.h"
 #include "storage/format/lz4_frame.h"
 #include "storage/format/npy.h"
+#include "storage/format/open_for_reading.h"
 
 namespace dumpd::storage {
 namespace {
@@ -95,11 +96,9 @@ std::optional<std::vector<int64_t>> parseShapeTuple(std::string_view text) {
 }
 
 Result<std::string> readPrefix(const std::string& path, size_t want) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) {
-    return makeError(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
-                     "cannot open " + path + ": " + std::strerror(errno));
-  }
+  auto opened = openForReading(path);
+  if (!opened) return opened.error();
+  UniqueFd fd = std::move(opened.value());
   std::string out(want, '\0');
   size_t got = 0;
   while (got < want) {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "base/result.h"
-#include "config/write_policy.h"
 #include "config/dump_plan.h"
+#include "config/write_policy.h"
 #include "storage/fs/file_system.h"
 #include "storage/writer/op_record.h"
 
