@@ -48,6 +48,10 @@ struct Options {
   // Dump each tensor once: a tensor whose Tensor::identity repeats one already dumped in the
   // step is sent as a reference to it (dumpOp only). Off: every tensor ships its bytes.
   bool dump_once = true;
+  // The flight recorder (JSON text of the job config's "flight_recorder" section, a dumpd
+  // extension: docs/recorder.md). Set, it replaces the file's section; the job config the
+  // daemon receives (and keeps in .dump_metadata/) is then the file with that section.
+  std::optional<std::string> flight_recorder;
   // The device implementation; nullptr: CUDA, created at the first CUDA tensor. Tests pass
   // a fake one.
   std::shared_ptr<DeviceApi> device_api;

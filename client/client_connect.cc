@@ -77,6 +77,11 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
     if (!t) return makeError(ErrorCode::kInvalidConfig, t.error().message);
     text = std::move(t.value());
   }
+  if (options.flight_recorder) {
+    auto merged = config::withFlightRecorder(text, *options.flight_recorder);
+    if (!merged) return merged.error();
+    text = std::move(merged.value());
+  }
   config::Environment env = config::Environment::fromProcess();
   if (!options.ms_format.empty()) env.dumpd_ms_format = options.ms_format;
   auto plan = config::parseDumpPlan(text, env);

@@ -197,6 +197,9 @@ std::string summarizePlan(const DumpPlan& plan) {
   if (plan.savesStatistics()) out += " categories=" + joinCategories(plan.statistic_category);
   if (plan.op_debug_mode != 0) out += " op_debug_mode=" + std::to_string(plan.op_debug_mode);
   if (plan.file_format == FileFormat::kBin) out += " file_format=bin";
+  if (plan.flight_recorder) {
+    out += " flight_recorder=" + std::to_string(plan.flight_recorder->steps) + " steps";
+  }
   return out;
 }
 

@@ -14,15 +14,16 @@
 #include <vector>
 
 #include "base/result.h"
+#include "config/flight_recorder.h"
 #include "config/iteration_set.h"
 #include "config/kernel_matcher.h"
 #include "config/ms_format.h"
+#include "config/saved_data.h"
 
 namespace dumpd::config {
 
 enum class DumpMode : uint8_t { kAll = 0, kKernels = 1, kMarked = 2 };
 enum class IoSelect : uint8_t { kBoth = 0, kInputs = 1, kOutputs = 2 };
-enum class SavedData : uint8_t { kTensor, kStatistic, kFull };
 enum class FileFormat : uint8_t { kNpy, kBin };
 enum class StatCalcMode : uint8_t { kHost, kDevice };
 
@@ -71,6 +72,9 @@ struct DumpPlan {
   std::vector<StatCategory> statistic_category;  // normalised, de-duplicated, config order
   FileFormat file_format = FileFormat::kNpy;
   uint32_t initial_iteration = 0;
+  // dumpd extension: keep the iterations `iterations` does not select, write them on a
+  // trigger (config/flight_recorder.h). Empty: no recorder.
+  std::optional<FlightRecorderPlan> flight_recorder;
 
   // e2e_dump_settings
   bool e2e_enable = true;

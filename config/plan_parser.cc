@@ -103,6 +103,11 @@ Result<DumpPlan> PlanParser::run() {
   if (auto s = parseInitialIteration(common); !s) return s.error();
   checkStatCalcMode();
   if (auto s = parseStatisticCategory(common); !s) return s.error();
+  if (auto it = root.find("flight_recorder"); it != root.end()) {
+    auto recorder = parseFlightRecorder(*it);
+    if (!recorder) return recorder.error();
+    plan_.flight_recorder = *recorder;
+  }
   return std::move(plan_);
 }
 

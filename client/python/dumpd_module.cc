@@ -28,7 +28,8 @@ constexpr const char* kClientDoc =
     R"doc(A connection to the node's dumpd daemon for one training process (one rank).
 
 Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None,
-       *, device_staging_bytes=None, cuda_fallback="error", dump_once=True, ms_format=None)
+       *, device_staging_bytes=None, cuda_fallback="error", dump_once=True, ms_format=None,
+       flight_recorder=None)
 
   config        path of the job's data_dump.json (str or os.PathLike), or a dict holding the
                 job config itself; default $MINDSPORE_DUMP_CONFIG.
@@ -53,6 +54,9 @@ Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpr
                 statistic.csv Op Name sanitised, Shape "(2,3)") or "2.7" (the newer writer:
                 full Op Name, Shape "[2,3]", SHA1 categories); default $DUMPD_MS_FORMAT, else
                 "2.6".
+  flight_recorder
+                a dict: the job config's "flight_recorder" section (docs/recorder.md), which
+                it replaces; checked like the file's, errors name the key.
 
 CUDA tensors (dumpd.DeviceArray, or objects with __cuda_array_interface__) cost the caller a
 device copy on the op's stream and no host synchronisation: the bytes reach the ring on a
@@ -160,7 +164,8 @@ PYBIND11_MODULE(_dumpd, m) {
            py::arg("device") = py::none(), py::arg("ring_bytes") = py::none(),
            py::arg("backpressure") = py::none(), py::kw_only(),
            py::arg("device_staging_bytes") = py::none(), py::arg("cuda_fallback") = "error",
-           py::arg("dump_once") = true, py::arg("ms_format") = py::none())
+           py::arg("dump_once") = true, py::arg("ms_format") = py::none(),
+           py::arg("flight_recorder") = py::none())
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")

@@ -48,9 +48,19 @@ std::unique_ptr<PyClient> PyClient::create(
     py::object config, std::optional<std::string> socket, std::optional<int64_t> rank,
     std::optional<int64_t> device, std::optional<int64_t> ring_bytes,
     std::optional<std::string> backpressure, std::optional<int64_t> device_staging_bytes,
-    const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format) {
+    const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format,
+    py::object flight_recorder) {
   client::Options o;
   o.dump_once = dump_once;
+  if (!flight_recorder.is_none()) {
+    if (!py::isinstance<py::dict>(flight_recorder)) {
+      throw py::type_error(
+          "flight_recorder must be a dict (the job config's flight_recorder "
+          "section) or None");
+    }
+    o.flight_recorder =
+        py::module_::import("json").attr("dumps")(flight_recorder).cast<std::string>();
+  }
   if (ms_format) {
     if (*ms_format != "2.6" && *ms_format != "2.7") {
       throw py::value_error("ms_format must be \"2.6\" or \"2.7\", got \"" + *ms_format + "\"");

@@ -33,7 +33,8 @@ class PyClient {
       py::object config, std::optional<std::string> socket, std::optional<int64_t> rank,
       std::optional<int64_t> device, std::optional<int64_t> ring_bytes,
       std::optional<std::string> backpressure, std::optional<int64_t> device_staging_bytes,
-      const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format);
+      const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format,
+      py::object flight_recorder);
 
   ~PyClient();
 
