@@ -1,0 +1,93 @@
+// What the flight recorder keeps: the last `steps` iterations' records, oldest first, within
+// `max_bytes`. An item is whatever the drain needs to write a record later (its decoded op and
+// ring slot); the caller releases the items this class hands back (discarded) or writes them
+// (taken by a trigger).
+//
+// Rules (docs/recorder.md): a new iteration discards those that are no longer among the last
+// `steps`; a record that would pass `max_bytes` discards the oldest iterations first; when the
+// current iteration alone does not fit, its record is handed back at once and the iteration
+// counts as not kept whole.
+//
+// Thread-safety: none; the session thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace dumpd::daemon {
+
+template <typename Item>
+class KeptIterations {
+ public:
+  struct Iteration {
+    uint32_t number = 0;
+    std::vector<Item> items;
+    uint64_t bytes = 0;
+    bool whole = true;  // no record of it was discarded
+  };
+
+  KeptIterations(uint32_t steps, uint64_t max_bytes) : steps_(steps), max_bytes_(max_bytes) {}
+
+  // Keeps `item` (`bytes` of ring) of iteration `number`. Returns the items discarded to make
+  // room, oldest first (`item` itself when the current iteration alone does not fit).
+  std::vector<Item> add(uint32_t number, Item item, uint64_t bytes) {
+    std::vector<Item> out;
+    if (kept_.empty() || kept_.back().number != number) {
+      kept_.push_back(Iteration{number, {}, 0, true});
+      while (kept_.size() > steps_) discardFront(out);
+    }
+    while (bytes_ + bytes > max_bytes_ && kept_.size() > 1) discardFront(out);
+    Iteration& current = kept_.back();
+    if (bytes_ + bytes > max_bytes_) {
+      if (current.whole) ++not_whole_;
+      current.whole = false;
+      out.push_back(std::move(item));
+      return out;
+    }
+    current.items.push_back(std::move(item));
+    current.bytes += bytes;
+    bytes_ += bytes;
+    return out;
+  }
+
+  // Discards the oldest iteration other than the current one (the ring needs the space).
+  // Empty when there is none.
+  std::vector<Item> discardOldest() {
+    std::vector<Item> out;
+    if (kept_.size() > 1) discardFront(out);
+    return out;
+  }
+
+  // Hands every kept iteration over, oldest first (a trigger writes them).
+  std::vector<Iteration> takeAll() {
+    std::vector<Iteration> out(std::make_move_iterator(kept_.begin()),
+                               std::make_move_iterator(kept_.end()));
+    kept_.clear();
+    bytes_ = 0;
+    return out;
+  }
+
+  size_t iterations() const { return kept_.size(); }
+  uint64_t bytes() const { return bytes_; }
+  // Iterations any of whose records were discarded to stay within max_bytes.
+  uint64_t notKeptWhole() const { return not_whole_; }
+
+ private:
+  void discardFront(std::vector<Item>& out) {
+    Iteration& front = kept_.front();
+    for (Item& i : front.items) out.push_back(std::move(i));
+    bytes_ -= front.bytes;
+    kept_.pop_front();
+  }
+
+  const uint32_t steps_;
+  const uint64_t max_bytes_;
+  std::deque<Iteration> kept_;
+  uint64_t bytes_ = 0;
+  uint64_t not_whole_ = 0;
+};
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,73 @@
+// The flight recorder's kept iterations (daemon/kept_iterations.h).
+#include "daemon/kept_iterations.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace dumpd::daemon {
+namespace {
+
+using Kept = KeptIterations<int>;
+
+std::vector<uint32_t> numbers(const std::vector<Kept::Iteration>& its) {
+  std::vector<uint32_t> out;
+  for (const auto& i : its) out.push_back(i.number);
+  return out;
+}
+
+TEST(KeptIterations, KeepsTheLastStepsIterationsTheCurrentOneIncluded) {
+  Kept k(3, 1 << 20);
+  EXPECT_TRUE(k.add(10, 100, 8).empty());
+  EXPECT_TRUE(k.add(10, 101, 8).empty());
+  EXPECT_TRUE(k.add(11, 110, 8).empty());
+  EXPECT_TRUE(k.add(12, 120, 8).empty());
+  // A fourth iteration discards the first, with every record of it.
+  EXPECT_EQ(k.add(13, 130, 8), (std::vector<int>{100, 101}));
+  EXPECT_EQ(k.iterations(), 3u);
+  EXPECT_EQ(k.bytes(), 24u);
+  auto all = k.takeAll();
+  EXPECT_EQ(numbers(all), (std::vector<uint32_t>{11, 12, 13}));
+  EXPECT_EQ(all[0].items, (std::vector<int>{110}));
+  EXPECT_EQ(k.iterations(), 0u);
+  EXPECT_EQ(k.bytes(), 0u);
+}
+
+TEST(KeptIterations, MaxBytesDiscardsTheOldestIterationsFirst) {
+  Kept k(10, 100);
+  k.add(1, 10, 40);
+  k.add(2, 20, 40);
+  EXPECT_EQ(k.add(3, 30, 40), (std::vector<int>{10}));
+  EXPECT_EQ(k.bytes(), 80u);
+  EXPECT_EQ(k.notKeptWhole(), 0u);
+  auto all = k.takeAll();
+  EXPECT_EQ(numbers(all), (std::vector<uint32_t>{2, 3}));
+  EXPECT_TRUE(all[0].whole && all[1].whole);
+}
+
+TEST(KeptIterations, ACurrentIterationTooLargeAloneIsCountedAndItsRecordHandedBack) {
+  Kept k(4, 100);
+  k.add(1, 10, 30);
+  EXPECT_EQ(k.add(2, 20, 60), (std::vector<int>{}));
+  EXPECT_EQ(k.add(2, 21, 60), (std::vector<int>{10, 21}))
+      << "the older iteration goes first, then the record that still does not fit";
+  EXPECT_EQ(k.add(2, 22, 60), (std::vector<int>{22}));
+  EXPECT_EQ(k.notKeptWhole(), 1u) << "one iteration, counted once";
+  auto all = k.takeAll();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_FALSE(all[0].whole);
+  EXPECT_EQ(all[0].items, (std::vector<int>{20}));
+}
+
+TEST(KeptIterations, DiscardOldestNeverTakesTheCurrentIteration) {
+  Kept k(4, 1 << 20);
+  EXPECT_TRUE(k.discardOldest().empty());
+  k.add(5, 50, 1);
+  EXPECT_TRUE(k.discardOldest().empty());
+  k.add(6, 60, 1);
+  EXPECT_EQ(k.discardOldest(), (std::vector<int>{50}));
+  EXPECT_EQ(k.iterations(), 1u);
+}
+
+}  // namespace
+}  // namespace dumpd::daemon
