@@ -310,7 +310,8 @@ void DumpSession::checkFlushes() {
   if (flush_waits_.empty()) return;
   auto owner = owner_.lock();
   const bool ready = ready_.load(std::memory_order_acquire);
-  const uint64_t done = ready ? drain_->doneSequence() : 0;
+  // Settled: written, or kept by the flight recorder (nothing a writer still owes).
+  const uint64_t done = ready ? drain_->settledSequence() : 0;
   std::vector<FlushWait> still;
   for (const FlushWait& w : flush_waits_) {
     if (w.sequence <= done || finished_) {

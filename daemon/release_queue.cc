@@ -10,9 +10,13 @@ uint64_t ReleaseQueue::push(uint64_t end, uint64_t sequence, bool done) {
   uint64_t slot;
   {
     MutexLock lock(&mu_);
-    pending_.push_back({end, sequence, done});
+    pending_.push_back({end, sequence, done ? State::kDone : State::kInFlight});
     slot = first_slot_ + pending_.size() - 1;
-    if (done) r = advanceLocked();
+    if (done) {
+      r = advanceLocked();
+    } else {
+      ++in_flight_;
+    }
   }
   afterAdvance(r);
   return slot;
@@ -22,34 +26,70 @@ void ReleaseQueue::markDone(uint64_t slot) {
   std::pair<bool, uint64_t> r;
   {
     MutexLock lock(&mu_);
-    pending_[slot - first_slot_].done = true;
+    Pending& p = at(slot);
+    if (p.state == State::kInFlight) --in_flight_;
+    p.state = State::kDone;
     r = advanceLocked();
   }
   afterAdvance(r);
 }
 
+void ReleaseQueue::hold(uint64_t slot) {
+  std::pair<bool, uint64_t> r;
+  {
+    MutexLock lock(&mu_);
+    Pending& p = at(slot);
+    if (p.state != State::kInFlight) return;
+    p.state = State::kHeld;
+    --in_flight_;
+    r = advanceLocked();
+  }
+  afterAdvance(r);
+}
+
+void ReleaseQueue::write(uint64_t slot) {
+  MutexLock lock(&mu_);
+  Pending& p = at(slot);
+  if (p.state != State::kHeld) return;
+  p.state = State::kInFlight;
+  ++in_flight_;
+}
+
 void ReleaseQueue::waitIdle() {
   MutexLock lock(&mu_);
-  while (!pending_.empty()) idle_cv_.wait(&mu_);
+  while (in_flight_ != 0) idle_cv_.wait(&mu_);
 }
 
 std::pair<bool, uint64_t> ReleaseQueue::advanceLocked() {
   uint64_t release_end = 0;
-  uint64_t last_sequence = 0;
-  while (!pending_.empty() && pending_.front().done) {
+  uint64_t last_done = 0;
+  while (!pending_.empty() && pending_.front().state == State::kDone) {
     release_end = pending_.front().end;
-    if (pending_.front().sequence != 0) last_sequence = pending_.front().sequence;
+    if (pending_.front().sequence != 0) last_done = pending_.front().sequence;
     pending_.pop_front();
     ++first_slot_;
   }
+  if (settled_slot_ < first_slot_) settled_slot_ = first_slot_;
+  uint64_t last_settled = 0;
+  while (settled_slot_ < first_slot_ + pending_.size() &&
+         at(settled_slot_).state != State::kInFlight) {
+    if (at(settled_slot_).sequence != 0) last_settled = at(settled_slot_).sequence;
+    ++settled_slot_;
+  }
   // The tail store stays under the lock: release() needs non-decreasing ends.
   const bool wake = release_end != 0 && ring_.release(release_end);
-  if (last_sequence != 0) {
+  if (last_done != 0) {
     // Release: pairs with the acquire in doneSequence(); files of these records are written.
-    done_sequence_.store(last_sequence, std::memory_order_release);
+    done_sequence_.store(last_done, std::memory_order_release);
   }
-  if (pending_.empty()) idle_cv_.signalAll();
-  return {wake, last_sequence};
+  // A popped done record was settled when it was done; the settled prefix reaches at least
+  // as far as the done one.
+  if (last_settled == 0 && last_done > settled_sequence_.load(std::memory_order_relaxed)) {
+    last_settled = last_done;
+  }
+  if (last_settled != 0) settled_sequence_.store(last_settled, std::memory_order_release);
+  if (in_flight_ == 0) idle_cv_.signalAll();
+  return {wake, last_settled};
 }
 
 void ReleaseQueue::afterAdvance(std::pair<bool, uint64_t> r) {

@@ -70,6 +70,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   SessionWarnings& warnings() { return warnings_; }
   const SessionWarnings& warnings() const { return warnings_; }
   uint64_t doneSequence() const { return release_.doneSequence(); }
+  uint64_t settledSequence() const { return release_.settledSequence(); }
   uint32_t graphId() const { return graph_id_.load(std::memory_order_relaxed); }
   uint32_t iteration() const { return iteration_.load(std::memory_order_relaxed); }
   // The client's own drop count: untrusted, so saturated to 2^48 for totals.

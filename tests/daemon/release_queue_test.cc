@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -95,6 +97,52 @@ TEST(ReleaseQueue, AWaitingProducerIsWokenAfterRelease) {
   q.markDone(slot);
   producer.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST(ReleaseQueue, AHeldRecordKeepsTheTailButSettlesForFlushes) {
+  Ring r = makeRing();
+  std::vector<uint64_t> settled_calls;
+  ReleaseQueue q(r.consumer, [&](uint64_t seq) { settled_calls.push_back(seq); });
+  auto recs = commitAndRead(r, 3);
+  const uint64_t s0 = q.push(recs[0].first, recs[0].second, false);
+  const uint64_t s1 = q.push(recs[1].first, recs[1].second, false);
+  q.hold(s0);
+  EXPECT_EQ(q.settledSequence(), 1u) << "a held record is settled";
+  EXPECT_EQ(q.doneSequence(), 0u);
+  q.markDone(s1);
+  q.push(recs[2].first, recs[2].second, true);
+  EXPECT_EQ(q.settledSequence(), 3u);
+  EXPECT_EQ(q.doneSequence(), 0u) << "nothing after a held record is released";
+  EXPECT_EQ(r.producer.control()->tail.load(), 0u);
+  q.waitIdle();    // returns: nothing is in flight
+  q.markDone(s0);  // discarded by the recorder
+  EXPECT_EQ(q.doneSequence(), 3u);
+  EXPECT_EQ(r.producer.control()->tail.load(), recs[2].first);
+  EXPECT_EQ(settled_calls, (std::vector<uint64_t>{1, 2, 3}));
+}
+
+TEST(ReleaseQueue, AHeldRecordWrittenAfterAllIsWaitedForAgain) {
+  Ring r = makeRing();
+  ReleaseQueue q(r.consumer, nullptr);
+  auto recs = commitAndRead(r, 2);
+  const uint64_t s0 = q.push(recs[0].first, recs[0].second, false);
+  q.hold(s0);
+  q.write(s0);  // a trigger: it goes to a writer
+  const uint64_t s1 = q.push(recs[1].first, recs[1].second, true);
+  (void)s1;
+  EXPECT_EQ(q.settledSequence(), 2u) << "a flush answered past it stays answered";
+  std::atomic<bool> idle{false};
+  std::thread waiter([&] {
+    q.waitIdle();
+    idle = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(idle.load()) << "waitIdle waits for the written record";
+  q.markDone(s0);
+  waiter.join();
+  EXPECT_TRUE(idle.load());
+  EXPECT_EQ(q.doneSequence(), 2u);
+  EXPECT_EQ(r.producer.control()->tail.load(), recs[1].first);
 }
 
 }  // namespace
