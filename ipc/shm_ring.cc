@@ -236,6 +236,11 @@ bool RingProducer::waitForSpace(uint64_t body_bytes, int timeout_ms) {
     // Dekker handshake with RingConsumer::release (seq_cst on both sides).
     control()->producer_waiting.store(1, std::memory_order_seq_cst);
     if (!fits(body_bytes) && !closing()) {
+      // A daemon holding records (the flight recorder) frees space when it learns we wait:
+      // wake its consumer if it sleeps (a Dekker handshake with waitForData, seq_cst).
+      if (control()->consumer_waiting.load(std::memory_order_seq_cst) != 0) {
+        futexBumpAndWake(control()->data_wake);
+      }
       futexWait(control()->space_wake, seen, static_cast<int>(left.count()));
     }
     control()->producer_waiting.store(0, std::memory_order_relaxed);
@@ -383,10 +388,15 @@ bool RingConsumer::release(uint64_t end) {
 
 void RingConsumer::wakeProducer() { futexBumpAndWake(control()->space_wake); }
 
-void RingConsumer::waitForData(int timeout_ms) {
+bool RingConsumer::producerWaiting() const {
+  return control()->producer_waiting.load(std::memory_order_seq_cst) != 0;
+}
+
+void RingConsumer::waitForData(int timeout_ms, bool wake_on_producer_wait) {
   const uint32_t seen = control()->data_wake.load(std::memory_order_seq_cst);
   control()->consumer_waiting.store(1, std::memory_order_seq_cst);
-  if (control()->head.load(std::memory_order_seq_cst) == read_) {
+  if (control()->head.load(std::memory_order_seq_cst) == read_ &&
+      !(wake_on_producer_wait && producerWaiting())) {
     futexWait(control()->data_wake, seen, timeout_ms);
   }
   control()->consumer_waiting.store(0, std::memory_order_relaxed);

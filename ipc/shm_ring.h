@@ -154,8 +154,13 @@ class RingConsumer {
   // REQUIRES: calls serialised by the caller (any thread) with `end` non-decreasing.
   [[nodiscard]] bool release(uint64_t end);
   void wakeProducer();
-  // Sleeps until data is committed, wakeConsumer() is called, or timeout_ms passes.
-  void waitForData(int timeout_ms);
+  // Sleeps until data is committed, wakeConsumer() is called, or timeout_ms passes; with
+  // `wake_on_producer_wait`, also when the producer waits for space (a daemon holding records
+  // can then free some: the flight recorder). The producer wakes a sleeping consumer when it
+  // starts to wait, so that wake is not missed.
+  void waitForData(int timeout_ms, bool wake_on_producer_wait = false);
+  // The producer is (about to be) asleep waiting for space.
+  bool producerWaiting() const;
   // Wakes waitForData (from any thread of the daemon).
   void wakeConsumer();
   bool hasData() const;

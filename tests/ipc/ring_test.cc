@@ -312,6 +312,36 @@ TEST(RingWake, ReleaseReportsAWaitingProducer) {
   EXPECT_TRUE(r.consumer.release((*rec)->end));
 }
 
+TEST(RingWake, AProducerStartingToWaitWakesAConsumerThatAskedForIt) {
+  // The flight recorder's daemon holds records: it must learn at once that the producer
+  // waits, to discard the oldest kept iteration (training never blocks on the recorder).
+  Pair r = makePair(kMinRingBytes);
+  const uint64_t big = r.producer.maxBodyBytes();
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, big), nullptr);
+  r.producer.commit();
+  auto rec = r.consumer.next();
+  ASSERT_TRUE(rec.has_value() && rec->has_value());  // read, held: the ring stays full
+  std::thread producer([&] {
+    while (r.producer.control()->consumer_waiting.load() == 0) std::this_thread::yield();
+    EXPECT_TRUE(r.producer.waitForSpace(big, 60000));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  r.consumer.waitForData(60000, /*wake_on_producer_wait=*/true);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_TRUE(r.consumer.producerWaiting());
+  if (r.consumer.release((*rec)->end)) r.consumer.wakeProducer();
+  producer.join();
+}
+
+TEST(RingWake, AWaitingProducerDoesNotEndAWaitThatDidNotAskForIt) {
+  Pair r = makePair(kMinRingBytes);
+  r.producer.control()->producer_waiting.store(1);
+  const auto start = std::chrono::steady_clock::now();
+  r.consumer.waitForData(100);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(90))
+      << "the drain of a session without held records must not spin";
+}
+
 TEST(RingAttach, RejectsSparseMemfd) {
   // Sealed and sized like a real ring, but never written: the daemon must not fault it in.
   UniqueFd fd(::memfd_create("x", MFD_CLOEXEC | MFD_ALLOW_SEALING));
