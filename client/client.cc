@@ -58,6 +58,19 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   return m.sendControl(ctl, nullptr, 0);
 }
 
+Status Client::trigger(std::string_view reason) {
+  v1::Control ctl;
+  ctl.mutable_trigger()->set_reason(std::string(reason.substr(0, 1024)));
+  return impl_->sendControl(ctl, nullptr, 0);
+}
+
+Status Client::reportLoss(double loss) {
+  v1::Control ctl;
+  ctl.mutable_loss()->set_iteration(impl_->iteration);
+  ctl.mutable_loss()->set_value(loss);
+  return impl_->sendControl(ctl, nullptr, 0);
+}
+
 bool Client::shouldDump(std::string_view op_name, Io io, bool marked) {
   Impl& m = *impl_;
   return m.step_selected && m.filter->ioSelected(io) && m.filter->opSelected(op_name, marked);

@@ -160,6 +160,12 @@ class Client {
   // Marks the current iteration and graph. Moving to a new step completes the previous one
   // (the daemon writes its manifest line). Default step: initial_iteration, graph 0.
   Status setStep(uint32_t iteration, uint32_t graph_id = 0);
+  // Flight recorder (Options::flight_recorder, docs/recorder.md). trigger(): the daemon
+  // writes the iterations it keeps (a "manual" trigger; `reason` is journalled, 1024 bytes
+  // at most). reportLoss(): this step's loss, for the "loss_spike" trigger. Both travel in
+  // the ring in order with the tensors; without a recorder the daemon ignores them.
+  Status trigger(std::string_view reason);
+  Status reportLoss(double loss);
   // The pushed-down filter: false means dumpOp would skip this tensor (and copy nothing).
   bool shouldDump(std::string_view op_name, Io io, bool marked = false);
   // True when the current step and device are selected at all (cheap per-step gate).

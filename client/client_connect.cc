@@ -94,7 +94,12 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   impl->device = options.device ? *options.device : envUint("DEVICE_ID").value_or(0);
   impl->iteration = impl->plan.initial_iteration;
   impl->updateStepSelected();
-  impl->device_statistics = impl->plan.statisticsFromSums();
+  // Device statistics stand in for the bytes only when nothing written needs them: with a
+  // flight recorder, its saved_data must be "statistic" too.
+  impl->device_statistics =
+      impl->plan.statisticsFromSums() &&
+      (!impl->plan.flight_recorder ||
+       impl->plan.flight_recorder->saved_data == config::SavedData::kStatistic);
 
   auto ring =
       ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes : kDefaultRingBytes);

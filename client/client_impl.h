@@ -122,7 +122,10 @@ struct Client::Impl {
   }
 
   void updateStepSelected() {
-    step_selected = filter->deviceSelected(device) && filter->iterationSelected(iteration);
+    // With a flight recorder every iteration's selected ops are copied: the daemon keeps
+    // those the job does not select (docs/recorder.md).
+    step_selected = filter->deviceSelected(device) &&
+                    (plan.flight_recorder.has_value() || filter->iterationSelected(iteration));
   }
 
   Error dead() const {

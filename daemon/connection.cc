@@ -1,4 +1,5 @@
 #include "daemon/connection.h"
+#include "daemon/session_command.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -82,6 +83,8 @@ void Connection::onReadable() {
       spdlog::warn("connection {}: closed inside a frame ({} bytes of a partial frame)", id_,
                    decoder_.buffered());
     }
+    // No Goodbye came first (that sets closing_): the client died or dropped the session.
+    if (session_) session_->noteProducerLost();
     stopSession();
     closeSocket();
     return;
@@ -155,6 +158,22 @@ void Connection::onFrame(v1::Envelope& env) {
     case v1::Envelope::kStatusRequest: {
       v1::Envelope reply;
       *reply.mutable_status_reply() = server_.status(peer_.uid);
+      send(reply);
+      return;
+    }
+    case v1::Envelope::kSessionCommand: {
+      if (session_) {
+        sendErrorAndClose(v1::Error::PROTOCOL, "a session command on a dump session's connection");
+        return;
+      }
+      CommandOutcome o = runSessionCommand(server_.liveSessions(), peer_, env.session_command());
+      if (!o.ok) {
+        sendErrorAndClose(o.code, o.message);
+        return;
+      }
+      v1::Envelope reply;
+      reply.mutable_session_command_reply()->set_session_id(o.session_id);
+      reply.mutable_session_command_reply()->set_message(o.message);
       send(reply);
       return;
     }

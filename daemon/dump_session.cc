@@ -94,7 +94,7 @@ void DumpSession::run() {
   }
   if (setUp()) {
     drainLoop();
-    drain_->finish();
+    drain_->finish(producer_lost_.load() || producerExited());
     const DrainCounters& c = drain_->counters();
     spdlog::info("session {}: closed; {} tensors written ({} bytes), {} dropped, {} write errors",
                  id_, c.tensors_written.load(), c.bytes_written.load(),
@@ -167,8 +167,9 @@ bool DumpSession::setUp() {
 
   std::weak_ptr<DumpSession> weak = weak_from_this();
   drain_ = std::make_shared<RingDrain>(
-      id_, hello_.device(), std::move(p.plan), std::move(p.filter), std::move(p.ring),
-      std::move(writer.value().fs), std::move(writer.value().writer), ctx_.pool, [weak](uint64_t) {
+      id_, hello_.rank(), hello_.device(), std::move(p.plan), std::move(p.filter),
+      std::move(p.ring), std::move(writer.value().fs), std::move(writer.value().writer), ctx_.pool,
+      [weak](uint64_t) {
         if (auto s = weak.lock()) s->onRecordsDone();
       });
   refreshFreeBytes();
@@ -215,6 +216,7 @@ void DumpSession::drainLoop() {
       ring.setClosing();
       closing_set = true;
     }
+    takeManualTrigger();
     auto r = ring.next();
     if (!r) {
       endCorrupt(r.error().message);
@@ -264,8 +266,56 @@ void DumpSession::drainLoop() {
       continue;
     }
     maybeRefresh();
-    ring.waitForData(kIdleWaitMs);
+    // The flight recorder gives kept iterations back rather than let training wait for space.
+    if (drain_->recorderHoldsSpace() && ring.producerWaiting() && drain_->freeRecorderSpace()) {
+      continue;
+    }
+    ring.waitForData(kIdleWaitMs, drain_->recorderHoldsSpace());
   }
+}
+
+std::string DumpSession::netName() const {
+  auto info = info_.load();
+  return info ? info->net_name : std::string();
+}
+
+std::string DumpSession::triggerRefusal() const {
+  const std::string name = "session " + std::to_string(id_);
+  if (!ready_.load(std::memory_order_acquire) || state_.load() != State::kActive) {
+    return name + " is not dumping (still starting, or ending)";
+  }
+  const auto& recorder = drain_->plan().flight_recorder;
+  if (!recorder) return name + " has no flight recorder (the job config's flight_recorder)";
+  if (!recorder->has(config::RecorderTrigger::kManual)) {
+    return name + "'s flight recorder does not take manual triggers (flight_recorder.triggers)";
+  }
+  v1::RecorderStatus st;
+  drain_->fillRecorderStatus(&st);
+  if (!st.recording()) {
+    return name + "'s flight recorder stopped after " + std::to_string(st.triggers()) +
+           " trigger(s) (flight_recorder.max_triggers)";
+  }
+  return {};
+}
+
+void DumpSession::requestTrigger(std::string reason) {
+  {
+    MutexLock lock(&trigger_mu_);
+    trigger_reason_ = std::move(reason);
+  }
+  trigger_pending_.store(true, std::memory_order_release);
+  if (ready_.load(std::memory_order_acquire)) drain_->ring().wakeConsumer();
+}
+
+void DumpSession::takeManualTrigger() {
+  if (!trigger_pending_.load(std::memory_order_acquire)) return;
+  std::string reason;
+  {
+    MutexLock lock(&trigger_mu_);
+    reason = std::move(trigger_reason_);
+    trigger_pending_.store(false, std::memory_order_relaxed);
+  }
+  drain_->triggerManually(std::move(reason));
 }
 
 bool DumpSession::producerExited() const {
@@ -368,6 +418,8 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
     out->set_unused_kernels_total(snap->unused_kernels_total);
     out->set_stop_reason(snap->stop_reason);
   }
+  v1::RecorderStatus recorder;
+  if (d.fillRecorderStatus(&recorder)) *out->mutable_recorder() = std::move(recorder);
 }
 
 void DumpSession::addTotals(v1::Counts* c) const {

@@ -73,6 +73,13 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // `deadline` (a time of ctx.env.clock).
   void requestStop(TimePoint deadline);
 
+  // The client's connection ended without a Goodbye (it was killed or crashed): the flight
+  // recorder's "crash" trigger applies. Any thread; call before requestStop().
+  void noteProducerLost() { producer_lost_.store(true); }
+  // A manual flight recorder trigger (dumpctl trigger): the session thread fires it soon.
+  // Any thread.
+  void requestTrigger(std::string reason);
+
   // io thread. False when too many flushes are outstanding (a broken or hostile client).
   bool addFlushWait(uint64_t sequence, uint64_t token);
   bool finished() const { return finished_; }
@@ -83,6 +90,12 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   uint64_t writeErrors() const;
   const PeerIdentity& peer() const { return peer_; }
   uint64_t id() const { return id_; }
+  uint32_t rank() const { return hello_.rank(); }
+  // The job's net_name once set-up is done (empty before).
+  std::string netName() const;
+  // Why a manual trigger cannot be taken now (no flight recorder, "manual" not among its
+  // triggers, stopped after max_triggers, not set up yet); empty when it can. io thread.
+  std::string triggerRefusal() const;
   // The dump path and its free bytes as last measured by the session thread (nothing when
   // the session is not set up yet).
   std::optional<std::pair<std::string, uint64_t>> disk() const;
@@ -107,6 +120,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   void onThreadDone();          // io thread
   void refreshFreeBytes();      // session thread
   bool producerExited() const;  // session thread
+  void takeManualTrigger();     // session thread
 
   SessionContext ctx_;
   const std::weak_ptr<SessionOwner> owner_;
@@ -133,6 +147,10 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   std::atomic<uint64_t> free_bytes_{0};
   std::atomic<bool> have_free_bytes_{false};
   std::atomic<uint32_t> flush_waiting_{0};
+  std::atomic<bool> producer_lost_{false};
+  std::atomic<bool> trigger_pending_{false};
+  Mutex trigger_mu_;
+  std::string trigger_reason_ GUARDED_BY(trigger_mu_);
 
   // io thread.
   struct FlushWait {

@@ -61,6 +61,24 @@ class KeptIterations {
     return out;
   }
 
+  // Discards what is kept of the current (newest) iteration, which then counts as not kept
+  // whole; its later records are kept again (the ring needs the space now).
+  std::vector<Item> discardNewest() {
+    std::vector<Item> out;
+    if (kept_.empty() || kept_.back().items.empty()) return out;
+    Iteration& back = kept_.back();
+    for (Item& i : back.items) out.push_back(std::move(i));
+    back.items.clear();
+    bytes_ -= back.bytes;
+    back.bytes = 0;
+    if (back.whole) ++not_whole_;
+    back.whole = false;
+    return out;
+  }
+
+  // The newest iteration (the one being recorded), or null.
+  const Iteration* newest() const { return kept_.empty() ? nullptr : &kept_.back(); }
+
   // Hands every kept iteration over, oldest first (a trigger writes them).
   std::vector<Iteration> takeAll() {
     std::vector<Iteration> out(std::make_move_iterator(kept_.begin()),

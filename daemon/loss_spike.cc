@@ -26,13 +26,17 @@ double LossSpikeDetector::median() const {
 }
 
 std::optional<std::string> LossSpikeDetector::report(double loss) {
-  if (std::isnan(loss)) return std::string("loss nan");
-  if (std::isinf(loss)) return std::string(loss > 0 ? "loss inf" : "loss -inf");
+  if (!std::isfinite(loss)) {
+    trigger_window_ = recent();
+    if (std::isnan(loss)) return std::string("loss nan");
+    return std::string(loss > 0 ? "loss inf" : "loss -inf");
+  }
   std::optional<std::string> reason;
   if (losses_.size() == window_) {
     const double m = median();
     const double limit = m + (factor_ - 1) * std::fabs(m);
     if (loss > limit) {
+      trigger_window_ = recent();
       reason = "loss " + number(loss) + " > " + number(factor_) + " x median " + number(m) +
                " of the last " + std::to_string(window_);
     }

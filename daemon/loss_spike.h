@@ -23,8 +23,11 @@ class LossSpikeDetector {
   // triggers. A NaN or infinite loss does not enter the window.
   std::optional<std::string> report(double loss);
 
-  // The last reported losses, oldest first (triggers.jsonl).
+  // The last reported losses, oldest first.
   std::vector<double> recent() const { return {losses_.begin(), losses_.end()}; }
+  // The window the last trigger was decided on, oldest first (triggers.jsonl), without the
+  // loss that triggered.
+  const std::vector<double>& windowAtLastTrigger() const { return trigger_window_; }
 
  private:
   double median() const;
@@ -32,6 +35,7 @@ class LossSpikeDetector {
   const uint32_t window_;
   const double factor_;
   std::deque<double> losses_;  // at most window_, the newest last
+  std::vector<double> trigger_window_;
 };
 
 }  // namespace dumpd::daemon

@@ -13,17 +13,7 @@
 namespace dumpd::daemon {
 namespace {
 
-// One op execution on its way to the writer pool: owns the decoded descriptor copy; the
-// payload bytes stay in the ring until the record is released.
-struct OpTask {
-  ipc::DecodedOp op;
-  std::vector<storage::TensorView> views;
-  // Device statistics, copied out of shared memory (sized once: views point into it).
-  std::vector<storage::StatSums> sums;
-  // Dump once: the memos the views name (theirs, and those of the tensors they repeat).
-  std::vector<std::shared_ptr<storage::TensorMemo>> memos;
-  uint64_t row_ticket = 0;  // JobWriter::takeRowTicket()
-};
+constexpr size_t kMaxReasonBytes = 1024;  // of a trigger's reason
 
 uint64_t memoKey(uint64_t sequence, uint32_t tensor) {
   return sequence * ipc::kMaxTensorsPerRecord + tensor;
@@ -50,12 +40,13 @@ constexpr uint64_t kMaxClientCount = uint64_t{1} << 48;
 
 }  // namespace
 
-RingDrain::RingDrain(uint64_t session_id, uint32_t device, config::DumpPlan plan,
+RingDrain::RingDrain(uint64_t session_id, uint32_t rank, uint32_t device, config::DumpPlan plan,
                      config::Filter filter, ipc::RingConsumer ring,
                      std::shared_ptr<storage::FileSystem> fs,
                      std::unique_ptr<storage::JobWriter> writer, storage::WriterPool& pool,
                      std::function<void(uint64_t)> on_done)
     : id_(session_id),
+      rank_(rank),
       device_(device),
       plan_(std::move(plan)),
       filter_(std::move(filter)),
@@ -67,6 +58,7 @@ RingDrain::RingDrain(uint64_t session_id, uint32_t device, config::DumpPlan plan
       warnings_(session_id) {
   iteration_.store(plan_.initial_iteration, std::memory_order_relaxed);
   snapshot_.store(std::make_shared<const WriterSnapshot>());
+  if (plan_.flight_recorder) recorder_ = std::make_unique<FlightRecorder>(*plan_.flight_recorder);
 }
 
 std::optional<uint64_t> RingDrain::writerFreeBytes() {
@@ -131,8 +123,12 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     step_iteration_ = op.iteration;
   }
   const bool marked = (op.flags & ipc::kOpMarked) != 0;
-  const bool op_selected = filter_.deviceSelected(device_) &&
-                           filter_.iterationSelected(op.iteration) &&
+  // Selected iterations are written as the job says; with a flight recorder, the iterations
+  // after a trigger are written with its saved_data, and every other one is kept.
+  const bool dumped = filter_.iterationSelected(op.iteration);
+  const bool recorder_writes = !dumped && recorder_ && recorder_->writes(op.iteration);
+  const bool kept = !dumped && !recorder_writes && recorder_ && recorder_->recording();
+  const bool op_selected = filter_.deviceSelected(device_) && (dumped || recorder_writes || kept) &&
                            filter_.opSelected(op.opName(), marked);
   uint64_t bytes = 0;
   for (const ipc::DecodedTensor& t : op.tensors) {
@@ -218,14 +214,27 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     release_.push(r.end, r.sequence, true);
     return true;
   }
+  task->bytes = bytes;
+  largest_record_ = std::max<uint64_t>(largest_record_, r.body_bytes);
   const uint64_t slot = release_.push(r.end, r.sequence, false);
+  if (kept) {
+    keepRecord(std::move(task), slot, r.body_bytes);
+    return true;
+  }
+  if (recorder_writes) task->saved_data = recorder_->plan().saved_data;
+  submitWrite(std::move(task), slot);
+  return true;
+}
+
+void RingDrain::submitWrite(std::shared_ptr<OpTask> task, uint64_t slot) {
   // Taken here, in record order: statistic.csv rows follow the producer's order of ops
   // whichever writer thread finishes first.
-  task->row_ticket = writer_->takeRowTicket();
+  const uint64_t row_ticket = writer_->takeRowTicket(task->saved_data);
+  const uint64_t bytes = task->bytes;
   // Blocks while the pool's byte budget, or this session's share of it, is used: the ring
   // then fills and the producer waits or drops, so the daemon's memory stays bounded. The
   // pool serves sessions in turn: this session's backlog never queues ahead of another's.
-  pool_.submit(id_, bytes + 4096, [self = shared_from_this(), task, slot] {
+  pool_.submit(id_, bytes + 4096, [self = shared_from_this(), task, slot, row_ticket] {
     storage::OpRecord rec;
     rec.graph_id = task->op.graph_id;
     rec.iteration = task->op.iteration;
@@ -234,7 +243,8 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     rec.task_id = task->op.task_id;
     rec.stream_id = task->op.stream_id;
     rec.tensors = task->views;
-    rec.row_ticket = task->row_ticket;
+    rec.row_ticket = row_ticket;
+    rec.saved_data = task->saved_data;
     storage::OpOutcome partial;
     auto out = self->writer_->writeOp(rec, &partial);
     const storage::OpOutcome& done = out ? out.value() : partial;
@@ -251,7 +261,6 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     }
     self->release_.markDone(slot);
   });
-  return true;
 }
 
 uint64_t RingDrain::sameKey(const ipc::SamePayload& same) {
@@ -351,6 +360,17 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       }
       break;
     }
+    case v1::Control::kTrigger:
+      triggerManually(ctl.trigger().reason().substr(0, kMaxReasonBytes));
+      break;
+    case v1::Control::kLoss:
+      if (recorder_ && recorder_->accepts(config::RecorderTrigger::kLossSpike)) {
+        if (auto e = recorder_->onLoss(ctl.loss().iteration(), ctl.loss().value())) {
+          e->iteration = step_iteration_;
+          fire(std::move(*e));
+        }
+      }
+      break;
     case v1::Control::MSG_NOT_SET:
       return fail("empty control record");
   }
@@ -362,8 +382,13 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
 void RingDrain::completeStep() {
   memos_.clear();  // a new step repeats nothing of the last one
   release_.waitIdle();
+  if (recorder_) {
+    checkNonFinite(step_iteration_);
+    checkRecorderSizing(step_iteration_);
+  }
   publishSnapshot();
-  const bool dumped = filter_.iterationSelected(step_iteration_);
+  const bool dumped = filter_.iterationSelected(step_iteration_) ||
+                      (recorder_ && recorder_->writes(step_iteration_));
   if (dumped) {
     Status s = writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped());
     if (!s) warnings_.warn(s.error().message);
@@ -388,10 +413,23 @@ void RingDrain::publishSnapshot() {
   snapshot_.store(std::move(snap));
 }
 
-void RingDrain::finish() {
+void RingDrain::finish(bool producer_lost) {
   release_.waitIdle();
-  if (have_step_ &&
-      (filter_.iterationSelected(step_iteration_) || writer_->listsEveryIteration())) {
+  if (recorder_) {
+    checkNonFinite(step_iteration_);
+    if (producer_lost && recorder_->accepts(config::RecorderTrigger::kCrash) &&
+        recorder_->keptIterations() != 0) {
+      TriggerEvent e;
+      e.kind = config::RecorderTrigger::kCrash;
+      e.iteration = step_iteration_;
+      e.reason = "the client went away without closing the session";
+      fire(std::move(e));
+    }
+    releaseKept(recorder_->releaseAll());
+  }
+  const bool step_written = filter_.iterationSelected(step_iteration_) ||
+                            (recorder_ && recorder_->writes(step_iteration_));
+  if (have_step_ && (step_written || writer_->listsEveryIteration())) {
     // finish() below completes every open iteration; the global order gets its last line.
     (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
   }

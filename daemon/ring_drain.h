@@ -15,9 +15,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/snapshot.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
+#include "daemon/flight_recorder.h"
+#include "daemon/op_task.h"
 #include "daemon/release_queue.h"
 #include "daemon/session_warnings.h"
 #include "ipc/op_codec.h"
@@ -50,8 +53,8 @@ inline constexpr size_t kMaxListedKernels = 64;
 
 class RingDrain : public std::enable_shared_from_this<RingDrain> {
  public:
-  RingDrain(uint64_t session_id, uint32_t device, config::DumpPlan plan, config::Filter filter,
-            ipc::RingConsumer ring, std::shared_ptr<storage::FileSystem> fs,
+  RingDrain(uint64_t session_id, uint32_t rank, uint32_t device, config::DumpPlan plan,
+            config::Filter filter, ipc::RingConsumer ring, std::shared_ptr<storage::FileSystem> fs,
             std::unique_ptr<storage::JobWriter> writer, storage::WriterPool& pool,
             std::function<void(uint64_t)> on_done);
 
@@ -59,7 +62,18 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // is the client's fault and ends only its own session).
   bool handle(const ipc::RingConsumer::Record& r);
   // Waits for every record in flight, completes the open iterations, logs the unused kernels.
-  void finish();
+  // `producer_lost`: the client went away without closing the session (killed, crashed):
+  // the flight recorder's "crash" trigger writes what it keeps first.
+  void finish(bool producer_lost = false);
+  // Flight recorder (session thread). Whether it keeps records the ring needs for a producer
+  // that waits for space (the drain loop then asks to be woken for that, and frees them).
+  bool recorderHoldsSpace() const { return recorder_ && recorder_->keptIterations() != 0; }
+  // Releases kept records for a producer waiting for space; false when there were none.
+  bool freeRecorderSpace();
+  // A manual trigger (dumpctl trigger, or the client's Trigger record).
+  void triggerManually(std::string reason);
+  // Status (io thread): false when the job has no flight recorder.
+  bool fillRecorderStatus(v1::RecorderStatus* out) const;
   // Refreshes the figures status shows (free space, writer counters, unused kernels).
   void publishSnapshot();
 
@@ -86,6 +100,22 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool handleOp(const ipc::RingConsumer::Record& r);
   bool handleControl(const ipc::RingConsumer::Record& r);
   void completeStep();
+  // Hands `task` (ring record `slot`, pushed or put back in flight) to the writer pool.
+  void submitWrite(std::shared_ptr<OpTask> task, uint64_t slot);
+
+  // Flight recorder (ring_drain_recorder.cc), session thread.
+  // Keeps a record of a recorded iteration (pushed in flight): checks it for NaN and
+  // infinities on the pool when a trigger needs that, then holds it.
+  void keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t ring_bytes);
+  // Releases records the recorder gave back (their dump-once memos say why).
+  void releaseKept(std::vector<KeptRecord> records);
+  // The NaN/infinity trigger over `iteration`, which just completed.
+  void checkNonFinite(uint32_t iteration);
+  // Blocks until every NaN/infinity check submitted is done.
+  void waitChecks();
+  void fire(TriggerEvent e);
+  // Warns when the ring or max_bytes cannot hold `steps` iterations like the first one.
+  void checkRecorderSizing(uint32_t completed_iteration);
   bool fail(std::string message);
   // Dump once: the memo a PayloadKind::kSame tensor names (key 0 when malformed), and the
   // checked memo of the tensor `t` repeats (null: counted as failed, with a warning).
@@ -98,6 +128,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint64_t takeClientDropped();
 
   const uint64_t id_;
+  const uint32_t rank_;
   const uint32_t device_;
   const config::DumpPlan plan_;
   config::Filter filter_;  // session thread only (its name cache mutates)
@@ -122,6 +153,13 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint64_t client_dropped_reported_ = 0;
   // Dump once: the memos of this step's flagged tensors, by memoKey(sequence, tensor index).
   std::unordered_map<uint64_t, std::shared_ptr<storage::TensorMemo>> memos_;
+  // The flight recorder (null: the job has none); its sizing warning is given once.
+  std::unique_ptr<FlightRecorder> recorder_;
+  bool recorder_sized_ = false;
+  Mutex checks_mu_;  // never held across anything but the count
+  CondVar checks_cv_;
+  uint64_t checks_ GUARDED_BY(checks_mu_) = 0;  // checks submitted, not done
+  uint64_t largest_record_ = 0;                 // ring bytes of the largest record seen
 };
 
 }  // namespace dumpd::daemon

@@ -323,6 +323,14 @@ uint32_t Server::openFds() const {
   return n;
 }
 
+std::vector<std::shared_ptr<DumpSession>> Server::liveSessions() const {
+  std::vector<std::shared_ptr<DumpSession>> out;
+  for (const auto& [id, e] : connections_) {
+    if (const auto& s = e.connection->session()) out.push_back(s);
+  }
+  return out;
+}
+
 v1::StatusReply Server::status(uid_t requester) const {
   v1::StatusReply r;
   r.set_version(kVersion);

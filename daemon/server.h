@@ -59,6 +59,8 @@ class Server {
 
   // What `requester_uid` may see: other users' sessions are shown to root only.
   v1::StatusReply status(uid_t requester_uid) const;
+  // The sessions of every connection (io thread): dumpctl's session commands.
+  std::vector<std::shared_ptr<DumpSession>> liveSessions() const;
   std::string statusLine() const;  // one line for sd_notify STATUS=
 
   // Connection callbacks (io thread).

@@ -8,6 +8,7 @@
 #include "dumpctl/compare_command.h"
 #include "dumpctl/convert_command.h"
 #include "dumpctl/status_command.h"
+#include "dumpctl/trigger_command.h"
 #include "dumpctl/validate_command.h"
 
 namespace {
@@ -22,6 +23,9 @@ constexpr const char* kUsage =
     "                   prints a summary and exits 0 if valid, prints the error and exits 1\n"
     "  status [--json] [--watch]\n"
     "                   show the daemon's status (--watch refreshes every second)\n"
+    "  trigger SESSION|--pid PID|--rank N --job NET_NAME [--reason TEXT]\n"
+    "                   write what a session's flight recorder keeps now (the session's\n"
+    "                   own uid or root only; see docs/recorder.md)\n"
     "  convert IN [-o OUT]\n"
     "                   turn Ascend bin dump files (a file or a tree) into .npy files\n"
     "  compare LEFT RIGHT [-o result.csv] [--html report.html] [--map names.csv]\n"
@@ -93,6 +97,13 @@ int main(int argc, char** argv) {
     return dumpd::dumpctl::runValidateCommand(std::string(rest[0]), std::cout, std::cerr);
   }
   if (command == "status") return runStatus(rest, socket);
+  if (command == "trigger") {
+    if (rest.size() == 1 && (rest[0] == "-h" || rest[0] == "--help")) {
+      std::cout << kUsage;
+      return 0;
+    }
+    return dumpd::dumpctl::runTriggerCommand(rest, socket, std::cout, std::cerr);
+  }
   if (command == "convert") return dumpd::dumpctl::runConvertCommand(rest, std::cout, std::cerr);
   if (command == "compare") return dumpd::dumpctl::runCompareCommand(rest, std::cout, std::cerr);
   return usageError("unknown command '" + std::string(command) + "'");

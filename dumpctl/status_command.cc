@@ -113,6 +113,18 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["unused_kernels_total"] = s.unused_kernels_total();
     o["open_directories"] = s.open_directories();
     o["client_dropped_tensors"] = s.client_dropped_tensors();
+    if (s.has_recorder()) {
+      const v1::RecorderStatus& f = s.recorder();
+      o["recorder"] = {{"recording", f.recording()},
+                       {"steps", f.steps()},
+                       {"kept_iterations", f.kept_iterations()},
+                       {"kept_bytes", f.kept_bytes()},
+                       {"not_kept_whole", f.not_kept_whole()},
+                       {"discarded_for_space", f.discarded_for_space()},
+                       {"triggers", f.triggers()},
+                       {"last_trigger", f.last_trigger()},
+                       {"warning", f.warning()}};
+    }
     sessions.push_back(o);
   }
   j["sessions"] = sessions;
@@ -122,6 +134,23 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
   }
   j["disk"] = disk;
   return j;
+}
+
+// "     recorder: on, keeps 3 of 4 iterations (12.0 MiB), 1 trigger (last: inf at ...)"
+std::string recorderLine(const v1::RecorderStatus& f) {
+  std::string s = "     recorder: " + std::string(f.recording() ? "on" : "off (max_triggers)") +
+                  ", keeps " + std::to_string(f.kept_iterations()) + " of " +
+                  std::to_string(f.steps()) + " iterations (" +
+                  human(static_cast<double>(f.kept_bytes())) + "), " +
+                  std::to_string(f.triggers()) + " trigger(s)";
+  if (!f.last_trigger().empty()) s += " (last: " + printable(f.last_trigger()) + ")";
+  if (f.not_kept_whole() != 0 || f.discarded_for_space() != 0) {
+    s += ", " + std::to_string(f.not_kept_whole()) + " not kept whole, " +
+         std::to_string(f.discarded_for_space()) + " discarded for ring space";
+  }
+  s += "\n";
+  if (!f.warning().empty()) s += "     recorder warning: " + printable(f.warning()) + "\n";
+  return s;
 }
 
 std::string statusToTable(const v1::StatusReply& r) {
@@ -175,6 +204,7 @@ std::string statusToTable(const v1::StatusReply& r) {
       if (!s.stop_reason().empty()) {
         out << "     payloads stopped: " << printable(s.stop_reason()) << "\n";
       }
+      if (s.has_recorder()) out << recorderLine(s.recorder());
     }
   }
   for (const v1::DiskStatus& d : r.disks()) {

@@ -169,6 +169,12 @@ PYBIND11_MODULE(_dumpd, m) {
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")
+      .def("trigger", &PyClient::trigger, py::arg("reason") = "",
+           "Flight recorder: asks dumpd to write the iterations it keeps now (a \"manual\" "
+           "trigger; the reason goes to .dump_metadata/triggers.jsonl). In order with the "
+           "tensors dumped before it; flush() after it returns once they are written.")
+      .def("report_loss", &PyClient::reportLoss, py::arg("loss"),
+           "Flight recorder: this step's loss (a float), for the \"loss_spike\" trigger.")
       .def("prepare_cuda", &PyClient::prepareCuda, py::arg("device") = 0,
            "Sets up CUDA device `device` for dumps now: pins the ring, allocates "
            "device_staging_bytes of staging, creates the copy stream. Otherwise the first "

@@ -161,6 +161,14 @@ void PyClient::setStep(int64_t iteration, int64_t graph_id) {
   unwrap(locked([&](client::Client& c) { return c.setStep(it, g); }));
 }
 
+void PyClient::trigger(const std::string& reason) {
+  unwrap(locked([&](client::Client& c) { return c.trigger(reason); }));
+}
+
+void PyClient::reportLoss(double loss) {
+  unwrap(locked([&](client::Client& c) { return c.reportLoss(loss); }));
+}
+
 void PyClient::prepareCuda(int64_t device) {
   if (device < 0 || device > 1024) throw py::value_error("device must be a CUDA ordinal");
   unwrap(locked([&](client::Client& c) { return c.prepareDevice(static_cast<int>(device)); }));

@@ -41,6 +41,8 @@ class PyClient {
   const std::string& cudaFallback() const { return cuda_fallback_; }
 
   void setStep(int64_t iteration, int64_t graph_id);
+  void trigger(const std::string& reason);
+  void reportLoss(double loss);
   void prepareCuda(int64_t device);
   bool shouldDump(const std::string& op_name, const std::string& io, bool marked);
   bool stepSelected();

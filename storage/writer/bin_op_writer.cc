@@ -10,7 +10,7 @@ namespace dumpd::storage {
 Status BinOpWriter::write(DirLease& lease, OpRows& rows, const OpRecord& op, const uint64_t* counts,
                           OpOutcome& outcome) const {
   DirState& ds = lease.state();
-  const bool want_payload = plan_.savesTensors();
+  const bool want_payload = op.savesTensors(plan_);
   // One timestamp for the file name, dump_time and the op's statistic rows.
   uint64_t timestamp = 0;
   for (size_t i = 0; i < op.tensors.size() && timestamp == 0; ++i) {
@@ -35,7 +35,7 @@ Status BinOpWriter::write(DirLease& lease, OpRows& rows, const OpRecord& op, con
                                                         " carries device statistics, but " +
                                                         "the job saves tensors");
     }
-    if (plan_.savesStatistics() && hasStatistics(t.dtype) && counts[i] != 0) {
+    if (op.savesStatistics(plan_) && hasStatistics(t.dtype) && counts[i] != 0) {
       TensorStats stats;
       tensors_.statisticsOf(t, counts[i], stats);
       tensors_.addStatistics(rows, op, t, counts[i], timestamp, stats, !want_payload);

@@ -117,8 +117,10 @@ Result<std::unique_ptr<JobWriter>> JobWriter::create(std::shared_ptr<FileSystem>
   return std::unique_ptr<JobWriter>(new JobWriter(std::move(impl)));
 }
 
-uint64_t JobWriter::takeRowTicket() {
-  return impl_->plan.savesStatistics() ? impl_->row_order.take() : 0;
+uint64_t JobWriter::takeRowTicket(std::optional<config::SavedData> saved_data) {
+  const bool rows =
+      saved_data ? *saved_data != config::SavedData::kTensor : impl_->plan.savesStatistics();
+  return rows ? impl_->row_order.take() : 0;
 }
 
 Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
@@ -301,6 +303,12 @@ Status JobWriter::appendGlobalExecutionOrder(uint32_t graph_id, uint32_t iterati
   ScopedCredentials scope;
   if (Status s = impl_->actAs(scope); !s) return s;
   return impl_->metadata.appendGlobalExecutionOrder(graph_id, iteration);
+}
+
+Status JobWriter::appendJournal(std::string_view name, const std::string& line) {
+  ScopedCredentials scope;
+  if (Status s = impl_->actAs(scope); !s) return s;
+  return impl_->metadata.appendJournal(name, line);
 }
 
 Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,

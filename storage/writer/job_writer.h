@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -101,9 +102,10 @@ class JobWriter {
   // before the call returns.
   Result<OpOutcome> writeOp(const OpRecord& op, OpOutcome* partial = nullptr);
 
-  // A ticket for the next op's rows (0 when the job saves no statistics). Take tickets in
-  // the producer's order; every ticket taken must reach writeOp (in an OpRecord) once.
-  uint64_t takeRowTicket();
+  // A ticket for the next op's rows (0 when the job, or `saved_data` where given: the op's
+  // OpRecord::saved_data, saves no statistics). Take tickets in the producer's order; every
+  // ticket taken must reach writeOp (in an OpRecord) once.
+  uint64_t takeRowTicket(std::optional<config::SavedData> saved_data = std::nullopt);
 
   // {net}/{graph}/constants/Parameter.data-{data_id}.0.0.{ts}.output.0.DefaultFormat.{dtype}.npy
   // (saved_data tensor/full) and its row in constants/statistic.csv (statistic/full).
@@ -117,6 +119,8 @@ class JobWriter {
   // Whether that file lists every executed iteration (GPU and Ascend producers) or only the
   // dumped ones (CPU), as MindSpore's DumpRunIter does.
   bool listsEveryIteration() const;
+  // Appends one line to .dump_metadata/`name` (triggers.jsonl, control.jsonl), synced.
+  Status appendJournal(std::string_view name, const std::string& line);
   // {net}/{graph}/{iteration}/{op_type}.{op_name}.json with string values.
   Status writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,
                          std::string_view op_name,

@@ -154,6 +154,17 @@ Status MetadataFiles::appendManifest(const std::string& line) {
   return {};
 }
 
+Status MetadataFiles::appendJournal(std::string_view name, const std::string& line) {
+  auto lease = dirs_.pin(metadata_dir_);
+  if (!lease) return counters_.recordError(lease.error());
+  auto opened = FilePublisher::openAppender(lease.value().dir(), name, {}, files_.syncDirs());
+  if (!opened) return counters_.recordError(opened.error());
+  if (Status s = opened.value()->append(line); !s) return counters_.recordError(s.error());
+  // Rare and small: always made durable, whatever the durability setting.
+  if (Status s = opened.value()->sync(); !s) return counters_.recordError(s.error());
+  return {};
+}
+
 Status MetadataFiles::completeIteration(uint32_t graph, uint32_t iteration, DirCache::Taken taken,
                                         uint64_t dropped_upstream,
                                         std::string_view upstream_reason) {

@@ -46,6 +46,10 @@ class MetadataFiles {
   Status completeIteration(uint32_t graph, uint32_t iteration, DirCache::Taken taken,
                            uint64_t dropped_upstream, std::string_view upstream_reason);
 
+  // Appends `line` (one JSON object and its newline) to .dump_metadata/`name`, a journal
+  // written rarely (triggers.jsonl, control.jsonl): opened, appended, synced and closed.
+  Status appendJournal(std::string_view name, const std::string& line);
+
  private:
   Status appendManifest(const std::string& line);
 

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -42,6 +43,16 @@ struct OpRecord {
   std::span<const TensorView> tensors;
   // JobWriter::takeRowTicket(); 0: rows are appended as soon as the op is written.
   uint64_t row_ticket = 0;
+  // What to save of this op in place of the plan's saved_data (the flight recorder writes
+  // kept iterations with its own section's value).
+  std::optional<config::SavedData> saved_data;
+
+  bool savesTensors(const config::DumpPlan& plan) const {
+    return saved_data.value_or(plan.saved_data) != config::SavedData::kStatistic;
+  }
+  bool savesStatistics(const config::DumpPlan& plan) const {
+    return saved_data.value_or(plan.saved_data) != config::SavedData::kTensor;
+  }
 };
 
 }  // namespace dumpd::storage

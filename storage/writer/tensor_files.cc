@@ -169,8 +169,8 @@ Status TensorFiles::writeTensor(DirLease& lease, OpRows& rows, const OpRecord& o
   if (t.same_as != nullptr) return writeRepeat(lease, rows, op, t, elements, outcome);
   DirState& ds = lease.state();
   const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
-  const bool want_payload = plan_.savesTensors();
-  const bool want_stats = plan_.savesStatistics() && hasStatistics(t.dtype);
+  const bool want_payload = op.savesTensors(plan_);
+  const bool want_stats = op.savesStatistics(plan_) && hasStatistics(t.dtype);
   if (want_payload && t.sums != nullptr) {
     return makeError(ErrorCode::kInvalidArgument, "tensor " + std::string(op.op_name) +
                                                       " carries device statistics, but " +
@@ -223,8 +223,8 @@ Status TensorFiles::writeRepeat(DirLease& lease, OpRows& rows, const OpRecord& o
   const MemoResult& source = t.same_as->wait();
   if (!source.ok) return refuse("repeats a tensor that was not written: " + source.error);
   const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
-  const bool want_payload = plan_.savesTensors();
-  const bool want_stats = plan_.savesStatistics() && hasStatistics(t.dtype);
+  const bool want_payload = op.savesTensors(plan_);
+  const bool want_stats = op.savesStatistics(plan_) && hasStatistics(t.dtype);
   MemoResult memo;
   if (want_payload) {
     bool written = false;

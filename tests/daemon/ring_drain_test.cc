@@ -19,9 +19,10 @@ class RingDrainTest : public ::testing::Test {
     auto filter = config::Filter::create(plan.value());
     auto ring = ipc::RingConsumer::attach(ring_.fd(), ring_.bytes(), 1ull << 30);
     auto writer = storage::JobWriter::create(fs_, plan.value(), storage::JobOptions{});
-    return std::make_shared<RingDrain>(/*session_id=*/1, /*device=*/0, std::move(plan.value()),
-                                       std::move(filter.value()), std::move(ring.value()), fs_,
-                                       std::move(writer.value()), pool_, nullptr);
+    return std::make_shared<RingDrain>(/*session_id=*/1, /*rank=*/0, /*device=*/0,
+                                       std::move(plan.value()), std::move(filter.value()),
+                                       std::move(ring.value()), fs_, std::move(writer.value()),
+                                       pool_, nullptr);
   }
   // Hands every committed record to `d`; false at the first one it refuses.
   static bool drainAll(RingDrain& d) {

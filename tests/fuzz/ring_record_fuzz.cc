@@ -154,6 +154,13 @@ void readControl(const RingConsumer::Record& r) {
       }
       break;
     }
+    case v1::Control::kTrigger:
+      touch(reinterpret_cast<const std::byte*>(ctl.trigger().reason().data()),
+            ctl.trigger().reason().size());
+      break;
+    case v1::Control::kLoss:
+      (void)ctl.loss().value();
+      break;
     case v1::Control::MSG_NOT_SET:
       break;
   }

@@ -37,8 +37,59 @@ class StepScope:
             _guarded(self._errors, "flush failed", self.client.flush)
 
 
+class _PendingLosses:
+    """CUDA losses on their way to the host: copied with non_blocking into pinned memory and
+    reported once their copy has completed (an event query, never a wait), at the latest at
+    the step mark after the next one. So a CUDA loss never synchronises the step."""
+
+    _MAX = 8
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, Any]] = []  # (pinned host tensor, cuda event)
+
+    def add(self, loss: Any) -> None:
+        import torch
+        host = torch.empty((), dtype=torch.float64, pin_memory=True)
+        host.copy_(loss.detach().reshape(()), non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.items.append((host, event))
+
+    def ready(self, wait_oldest: bool) -> list[float]:
+        out: list[float] = []
+        while self.items:
+            host, event = self.items[0]
+            if not event.query():
+                if not (wait_oldest or len(self.items) > self._MAX):
+                    break
+                event.synchronize()  # the copy was queued a whole step ago
+            out.append(float(host))
+            self.items.pop(0)
+            wait_oldest = False
+        return out
+
+
+_pending: "dict[int, _PendingLosses]" = {}
+
+
+def _report_loss(client: dumpd.Client, loss: Any) -> None:
+    pending = _pending.setdefault(id(client), _PendingLosses())
+    if isinstance(loss, (int, float)):
+        values = [float(loss)]
+    elif getattr(loss, "is_cuda", False):
+        values = pending.ready(wait_oldest=len(pending.items) >= 2)
+        pending.add(loss)
+        for v in values:
+            client.report_loss(v)
+        return
+    else:
+        values = [float(loss.detach().reshape(()))]  # a CPU tensor: no device to wait for
+    for v in pending.ready(wait_oldest=True) + values:
+        client.report_loss(v)
+
+
 def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool = False,
-         errors: str = "raise") -> StepScope:
+         errors: str = "raise", loss: Any = None) -> StepScope:
     """Marks iteration `iteration` (of graph `graph_id`) for `client`.
 
     Works as a plain call (``dumpd.torch.step(client, i)``) or as a block::
@@ -46,9 +97,15 @@ def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool
         with dumpd.torch.step(client, i, flush=True):
             train_one_step()          # dumped under iteration i; flushed when the block ends
 
+    loss: the loss of the step that just ended, for the flight recorder's "loss_spike"
+    trigger (a float, or a one-element tensor; a CUDA tensor is copied without synchronising
+    and reported once it has arrived, by the next step mark at the latest).
+
     errors="warn" turns a DaemonError (session gone) into a RuntimeWarning.
     """
     _check_errors(errors)
+    if loss is not None:
+        _guarded(errors, "cannot report the loss", _report_loss, client, loss)
     _guarded(errors, "cannot mark the step", client.set_step, iteration, graph_id)
     return StepScope(client, iteration, flush, errors)
 

@@ -1,0 +1,128 @@
+#include "daemon/flight_recorder.h"
+
+#include <cmath>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace dumpd::daemon {
+namespace {
+
+// JSON has no NaN or infinity: such losses are written as strings.
+nlohmann::json lossJson(double v) {
+  if (std::isfinite(v)) return v;
+  if (std::isnan(v)) return "nan";
+  return v > 0 ? "inf" : "-inf";
+}
+
+}  // namespace
+
+std::string TriggerEvent::toJsonLine(uint64_t time_us, uint32_t rank) const {
+  nlohmann::json j;
+  j["time_us"] = time_us;
+  j["rank"] = rank;
+  j["iteration"] = iteration;
+  j["kind"] = std::string(config::recorderTriggerName(kind));
+  j["reason"] = reason;
+  if (!op_name.empty()) {
+    j["op"] = op_name;
+    j["tensor"] = tensor;
+  }
+  if (kind == config::RecorderTrigger::kLossSpike) {
+    nlohmann::json l = nlohmann::json::array();
+    for (double v : losses) l.push_back(lossJson(v));
+    j["losses"] = std::move(l);
+  }
+  j["iterations_written"] = written;
+  // Names and reasons come from the client: invalid UTF-8 is replaced, never refused.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string TriggerEvent::summary() const {
+  std::string s =
+      std::string(config::recorderTriggerName(kind)) + " at iteration " + std::to_string(iteration);
+  if (!op_name.empty()) s += ": " + op_name + " " + tensor;
+  if (!reason.empty() && op_name.empty()) s += ": " + reason;
+  return s;
+}
+
+FlightRecorder::FlightRecorder(config::FlightRecorderPlan plan)
+    : plan_(plan), kept_(plan.steps, plan.max_bytes), losses_(plan.loss_window, plan.loss_factor) {
+  last_trigger_.store(std::make_shared<const std::string>());
+  warning_.store(std::make_shared<const std::string>());
+}
+
+void FlightRecorder::publishCounts() {
+  kept_iterations_.store(static_cast<uint32_t>(kept_.iterations()), std::memory_order_relaxed);
+  kept_bytes_.store(kept_.bytes(), std::memory_order_relaxed);
+  not_whole_.store(kept_.notKeptWhole(), std::memory_order_relaxed);
+}
+
+std::vector<KeptRecord> FlightRecorder::keep(uint32_t iteration, KeptRecord r, uint64_t bytes) {
+  std::vector<KeptRecord> out = kept_.add(iteration, std::move(r), bytes);
+  publishCounts();
+  return out;
+}
+
+std::vector<KeptRecord> FlightRecorder::discardForSpace() {
+  std::vector<KeptRecord> out = kept_.discardOldest();
+  if (!out.empty()) discarded_for_space_.fetch_add(1, std::memory_order_relaxed);
+  if (out.empty()) out = kept_.discardNewest();
+  publishCounts();
+  return out;
+}
+
+std::vector<KeptRecord> FlightRecorder::releaseAll() {
+  std::vector<KeptRecord> out;
+  for (Kept::Iteration& it : kept_.takeAll()) {
+    for (KeptRecord& r : it.items) out.push_back(std::move(r));
+  }
+  publishCounts();
+  return out;
+}
+
+std::optional<TriggerEvent> FlightRecorder::onLoss(uint32_t iteration, double loss) {
+  std::optional<std::string> why = losses_.report(loss);
+  if (!why) return std::nullopt;
+  TriggerEvent e;
+  e.kind = config::RecorderTrigger::kLossSpike;
+  e.iteration = iteration;
+  e.reason = *why;
+  e.losses = losses_.windowAtLastTrigger();
+  e.losses.push_back(loss);
+  return e;
+}
+
+std::vector<FlightRecorder::Kept::Iteration> FlightRecorder::fire(TriggerEvent& e) {
+  std::vector<Kept::Iteration> out = kept_.takeAll();
+  const uint32_t first = out.empty() ? e.iteration : std::min(out.front().number, e.iteration);
+  const uint64_t last = uint64_t{e.iteration} + plan_.after_steps;
+  window_ = Window{first, static_cast<uint32_t>(std::min<uint64_t>(last, UINT32_MAX))};
+  for (const Kept::Iteration& it : out) e.written.push_back(it.number);
+  ++fired_;
+  if (plan_.max_triggers != 0 && fired_ >= plan_.max_triggers) {
+    recording_.store(false, std::memory_order_relaxed);
+  }
+  triggers_.store(fired_, std::memory_order_relaxed);
+  last_trigger_.store(std::make_shared<const std::string>(e.summary()));
+  publishCounts();
+  return out;
+}
+
+void FlightRecorder::setWarning(std::string warning) {
+  warning_.store(std::make_shared<const std::string>(std::move(warning)));
+}
+
+void FlightRecorder::fillStatus(v1::RecorderStatus* out) const {
+  out->set_recording(recording());
+  out->set_steps(plan_.steps);
+  out->set_kept_iterations(kept_iterations_.load(std::memory_order_relaxed));
+  out->set_kept_bytes(kept_bytes_.load(std::memory_order_relaxed));
+  out->set_not_kept_whole(not_whole_.load(std::memory_order_relaxed));
+  out->set_triggers(triggers_.load(std::memory_order_relaxed));
+  out->set_last_trigger(*last_trigger_.load());
+  out->set_warning(*warning_.load());
+  out->set_discarded_for_space(discarded_for_space_.load(std::memory_order_relaxed));
+}
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,115 @@
+// The flight recorder's policy for one session (docs/recorder.md): which iterations it keeps,
+// which ones a trigger writes, when a trigger fires, and its figures for status. The drain
+// (daemon/ring_drain.h) does the I/O: it holds the kept records in the ring, writes or
+// releases what this class hands back.
+//
+// Thread-safety: the session thread calls everything but status(), which reads atomics and a
+// Snapshot (the io thread).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/snapshot.h"
+#include "config/flight_recorder.h"
+#include "daemon/kept_iterations.h"
+#include "daemon/loss_spike.h"
+#include "daemon/op_task.h"
+#include "proto/dumpd.pb.h"
+
+namespace dumpd::daemon {
+
+// A record the recorder keeps: its decoded op and its ReleaseQueue slot.
+struct KeptRecord {
+  std::shared_ptr<OpTask> task;
+  uint64_t slot = 0;
+};
+
+// Why a trigger fired; the drain adds what it wrote and journals it (triggers.jsonl).
+struct TriggerEvent {
+  config::RecorderTrigger kind = config::RecorderTrigger::kManual;
+  uint32_t iteration = 0;         // the iteration it fired during
+  std::string reason;             // manual: the caller's text; others: a description
+  std::string op_name;            // nan/inf: the first offending op in execution order
+  std::string tensor;             // nan/inf: "output 0"
+  std::vector<double> losses;     // loss_spike: the window, oldest first, the new loss last
+  std::vector<uint32_t> written;  // iterations written, oldest first
+
+  // One line of triggers.jsonl (without the newline). `time_us`: wall clock.
+  std::string toJsonLine(uint64_t time_us, uint32_t rank) const;
+  // "nan at iteration 17: Default/Mul-op3 output 0"
+  std::string summary() const;
+};
+
+class FlightRecorder {
+ public:
+  using Kept = KeptIterations<KeptRecord>;
+
+  explicit FlightRecorder(config::FlightRecorderPlan plan);
+
+  const config::FlightRecorderPlan& plan() const { return plan_; }
+  // Keeps records of unselected iterations: on, and fewer than max_triggers triggers so far.
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+  // True for the iterations a trigger writes as they come (the `after_steps` after it, and
+  // the rest of the iteration it fired during).
+  bool writes(uint32_t iteration) const {
+    return window_ && iteration >= window_->first && iteration <= window_->last;
+  }
+  // Whether a trigger of this kind would fire now.
+  bool accepts(config::RecorderTrigger kind) const { return recording() && plan_.has(kind); }
+  // Whether kept records need the NaN/infinity check.
+  bool checksValues() const {
+    return plan_.has(config::RecorderTrigger::kNan) || plan_.has(config::RecorderTrigger::kInf);
+  }
+
+  // Keeps `r` (`bytes` of ring) of `iteration`; returns the records to release now.
+  std::vector<KeptRecord> keep(uint32_t iteration, KeptRecord r, uint64_t bytes);
+  // Frees ring space for a producer that waits: the oldest iteration, or the current one's
+  // records when it is the only one (it then counts as not kept whole). Empty: nothing kept.
+  std::vector<KeptRecord> discardForSpace();
+  // Everything kept (the session ends without a trigger).
+  std::vector<KeptRecord> releaseAll();
+  uint64_t keptIterations() const { return kept_.iterations(); }
+  // The newest kept iteration (the one being recorded), or null.
+  const Kept::Iteration* newest() const { return kept_.newest(); }
+
+  // A reported loss; a spike (or a non-finite loss) yields the event to fire.
+  std::optional<TriggerEvent> onLoss(uint32_t iteration, double loss);
+
+  // Fires `e` (the caller checked accepts()): hands over every kept iteration, oldest first,
+  // and writes the iterations up to e.iteration + after_steps as they come. Recording stops
+  // after max_triggers.
+  std::vector<Kept::Iteration> fire(TriggerEvent& e);
+
+  // The status warning (ring or max_bytes too small for `steps` iterations), once.
+  void setWarning(std::string warning);
+  void fillStatus(v1::RecorderStatus* out) const;
+
+ private:
+  struct Window {
+    uint32_t first;
+    uint32_t last;
+  };
+  void publishCounts();
+
+  const config::FlightRecorderPlan plan_;
+  Kept kept_;
+  LossSpikeDetector losses_;
+  std::optional<Window> window_;
+  uint32_t fired_ = 0;
+
+  std::atomic<bool> recording_{true};
+  std::atomic<uint32_t> kept_iterations_{0};
+  std::atomic<uint64_t> kept_bytes_{0};
+  std::atomic<uint64_t> not_whole_{0};
+  std::atomic<uint64_t> discarded_for_space_{0};
+  std::atomic<uint32_t> triggers_{0};
+  Snapshot<std::string> last_trigger_;
+  Snapshot<std::string> warning_;
+};
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,39 @@
+// One op execution on its way from the ring to the writer pool (daemon/ring_drain.h): owns
+// the decoded descriptor copy; the payload bytes stay in the ring until the record is
+// released. The flight recorder keeps these for the iterations it records.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "config/saved_data.h"
+#include "ipc/op_codec.h"
+#include "storage/format/statistics.h"
+#include "storage/writer/op_record.h"
+#include "storage/writer/tensor_memo.h"
+
+namespace dumpd::daemon {
+
+struct OpTask {
+  ipc::DecodedOp op;
+  std::vector<storage::TensorView> views;
+  // Device statistics, copied out of shared memory (sized once: views point into it).
+  std::vector<storage::StatSums> sums;
+  // Dump once: the memos the views name (theirs, and those of the tensors they repeat).
+  std::vector<std::shared_ptr<storage::TensorMemo>> memos;
+  uint64_t bytes = 0;  // payload bytes of the views
+  // Set for iterations the flight recorder writes: its section's saved_data.
+  std::optional<config::SavedData> saved_data;
+
+  // The flight recorder's check of a kept record (written by the check task before it holds
+  // the record, read by the session thread after ReleaseQueue::waitIdle()): the first view
+  // holding a NaN or an infinity, and which.
+  static constexpr uint32_t kNoView = UINT32_MAX;
+  uint32_t non_finite_view = kNoView;
+  bool has_nan = false;
+  bool has_inf = false;
+};
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,203 @@
+// RingDrain's flight recorder glue (docs/recorder.md): keeping records of recorded
+// iterations in the ring, the NaN/infinity check, triggers, and giving ring space back.
+// The policy (what is kept, when a trigger fires) is FlightRecorder's.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <set>
+
+#include "base/element_count.h"
+#include "daemon/log_escape.h"
+#include "daemon/ring_drain.h"
+#include "storage/format/names.h"
+
+namespace dumpd::daemon {
+namespace {
+
+uint64_t wallMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Records the first view of `task` holding a NaN or an infinity (pool thread).
+void checkValues(OpTask& task) {
+  for (size_t i = 0; i < task.views.size(); ++i) {
+    const storage::TensorView& v = task.views[i];
+    bool nan = false, inf = false;
+    if (v.sums != nullptr) {
+      nan = v.sums->nan != 0;
+      inf = v.sums->negative_inf != 0 || v.sums->positive_inf != 0;
+    } else if (!v.data.empty() && storage::containsNonFinite(v.dtype, v.data)) {
+      // Rare: which of the two is worth a second pass.
+      storage::TensorStats stats;
+      const uint64_t elements = elementCount(v.shape).value_or(0);
+      storage::computeStats(v.dtype, elements, v.data, storage::StatOptions{}, stats);
+      nan = stats.nan != 0;
+      inf = stats.negative_inf != 0 || stats.positive_inf != 0;
+    }
+    if (nan || inf) {
+      task.non_finite_view = static_cast<uint32_t>(i);
+      task.has_nan = nan;
+      task.has_inf = inf;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t ring_bytes) {
+  // Held at once: the ring keeps its bytes, but flushes need not wait for it.
+  release_.hold(slot);
+  const uint32_t iteration = task->op.iteration;
+  std::shared_ptr<OpTask> to_check = recorder_->checksValues() ? task : nullptr;
+  std::vector<KeptRecord> out =
+      recorder_->keep(iteration, KeptRecord{std::move(task), slot}, ring_bytes);
+  bool refused = !out.empty() && out.back().slot == slot;  // it did not fit
+  releaseKept(std::move(out));
+  // Keep room for the records to come, so that the producer neither waits (block) nor
+  // drops (drop) for the recorder: two of the largest record seen so far.
+  while (ring_.capacity() - std::min(ring_.capacity(), ring_.usedBytes()) < 2 * largest_record_) {
+    std::vector<KeptRecord> freed = recorder_->discardForSpace();
+    if (freed.empty()) break;
+    for (const KeptRecord& r : freed) refused = refused || r.slot == slot;
+    releaseKept(std::move(freed));
+  }
+  if (refused || to_check == nullptr) return;
+  // The check reads the payload in the ring on a writer thread. Kept records are released
+  // or written only after waitChecks(), so never while their check runs.
+  {
+    MutexLock lock(&checks_mu_);
+    ++checks_;
+  }
+  pool_.submit(id_, 4096, [self = shared_from_this(), to_check] {
+    checkValues(*to_check);
+    MutexLock lock(&self->checks_mu_);
+    if (--self->checks_ == 0) self->checks_cv_.signalAll();
+  });
+}
+
+void RingDrain::waitChecks() {
+  MutexLock lock(&checks_mu_);
+  while (checks_ != 0) checks_cv_.wait(&checks_mu_);
+}
+
+void RingDrain::releaseKept(std::vector<KeptRecord> records) {
+  if (records.empty()) return;
+  waitChecks();
+  for (KeptRecord& r : records) {
+    for (const storage::TensorView& v : r.task->views) {
+      if (v.memo != nullptr) {
+        storage::MemoResult m;
+        m.error = "its iteration was discarded by the flight recorder";
+        v.memo->publish(std::move(m));
+      }
+    }
+    release_.markDone(r.slot);
+  }
+}
+
+bool RingDrain::freeRecorderSpace() {
+  if (!recorder_) return false;
+  std::vector<KeptRecord> freed = recorder_->discardForSpace();
+  if (freed.empty()) return false;
+  releaseKept(std::move(freed));
+  return true;
+}
+
+void RingDrain::checkNonFinite(uint32_t iteration) {
+  const bool nan = recorder_->accepts(config::RecorderTrigger::kNan);
+  const bool inf = recorder_->accepts(config::RecorderTrigger::kInf);
+  const FlightRecorder::Kept::Iteration* it = recorder_->newest();
+  if ((!nan && !inf) || it == nullptr || it->number != iteration) return;
+  waitChecks();  // then every kept record's check is done; items are in record order
+  for (const KeptRecord& r : it->items) {
+    const OpTask& t = *r.task;
+    if (t.non_finite_view == OpTask::kNoView) continue;
+    if (!(nan && t.has_nan) && !(inf && t.has_inf)) continue;
+    const storage::TensorView& v = t.views[t.non_finite_view];
+    TriggerEvent e;
+    e.kind = nan && t.has_nan ? config::RecorderTrigger::kNan : config::RecorderTrigger::kInf;
+    e.iteration = it->number;
+    e.op_name = std::string(t.op.opName());
+    e.tensor = std::string(storage::ioName(v.io)) + " " + std::to_string(v.slot);
+    e.reason = std::string(e.kind == config::RecorderTrigger::kNan ? "NaN" : "an infinity") +
+               " in " + e.op_name + " " + e.tensor;
+    fire(std::move(e));
+    return;
+  }
+}
+
+void RingDrain::triggerManually(std::string reason) {
+  if (!recorder_ || !recorder_->accepts(config::RecorderTrigger::kManual)) return;
+  TriggerEvent e;
+  e.kind = config::RecorderTrigger::kManual;
+  e.iteration = step_iteration_;
+  e.reason = std::move(reason);
+  fire(std::move(e));
+}
+
+void RingDrain::fire(TriggerEvent e) {
+  // Checks of kept records must be done before they are written.
+  waitChecks();
+  std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
+  const config::SavedData saved = recorder_->plan().saved_data;
+  std::set<std::pair<uint32_t, uint32_t>> to_complete;  // (graph, iteration)
+  for (FlightRecorder::Kept::Iteration& it : kept) {
+    for (KeptRecord& r : it.items) {
+      r.task->saved_data = saved;
+      if (it.number != e.iteration) to_complete.emplace(r.task->op.graph_id, it.number);
+      release_.write(r.slot);
+      submitWrite(std::move(r.task), r.slot);
+    }
+  }
+  // Earlier iterations are complete: finish their directories once written. The one the
+  // trigger fired during completes at its step's end (its later records are written too).
+  release_.waitIdle();
+  for (const auto& [graph, iteration] : to_complete) {
+    if (Status s = writer_->completeIteration(graph, iteration); !s) {
+      warnings_.warn(s.error().message);
+    }
+  }
+  if (e.written.empty() || e.written.back() != e.iteration) e.written.push_back(e.iteration);
+  for (uint32_t i = 1; i <= recorder_->plan().after_steps; ++i) {
+    if (e.iteration + i < e.iteration) break;  // wraps
+    e.written.push_back(e.iteration + i);
+  }
+  spdlog::info("session {}: flight recorder trigger: {}; writing iterations {}-{}", id_,
+               escapeForLog(e.summary()), e.written.front(), e.written.back());
+  if (Status s = writer_->appendJournal("triggers.jsonl", e.toJsonLine(wallMicros(), rank_) + "\n");
+      !s) {
+    warnings_.warn(s.error().message);
+  }
+}
+
+void RingDrain::checkRecorderSizing(uint32_t completed_iteration) {
+  if (recorder_sized_) return;
+  const FlightRecorder::Kept::Iteration* it = recorder_->newest();
+  if (it == nullptr || it->number != completed_iteration || it->items.empty()) return;
+  recorder_sized_ = true;
+  const uint64_t need = it->bytes * recorder_->plan().steps;
+  std::string why;
+  // The drain keeps two of the largest records free for the producer (keepRecord).
+  if (need + 2 * largest_record_ > ring_.capacity()) {
+    why = "the ring (" + std::to_string(ring_.capacity() >> 20) + " MiB) cannot hold " +
+          std::to_string(recorder_->plan().steps) + " iterations of " +
+          std::to_string(it->bytes >> 20) + " MiB; raise ring_bytes";
+  } else if (need > recorder_->plan().max_bytes) {
+    why = "flight_recorder.max_bytes cannot hold " + std::to_string(recorder_->plan().steps) +
+          " iterations of " + std::to_string(it->bytes >> 20) + " MiB";
+  }
+  if (why.empty()) return;
+  spdlog::warn("session {}: flight recorder: {}", id_, why);
+  recorder_->setWarning(why);
+}
+
+bool RingDrain::fillRecorderStatus(v1::RecorderStatus* out) const {
+  if (!recorder_) return false;
+  recorder_->fillStatus(out);
+  return true;
+}
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,80 @@
+#include "daemon/session_command.h"
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/log_escape.h"
+
+namespace dumpd::daemon {
+namespace {
+
+CommandOutcome refuse(v1::Error::Code code, std::string message) {
+  CommandOutcome o;
+  o.code = code;
+  o.message = std::move(message);
+  return o;
+}
+
+std::string describe(const v1::SessionSelector& s) {
+  if (s.session_id() != 0) return "session " + std::to_string(s.session_id());
+  if (s.pid() != 0) return "session of pid " + std::to_string(s.pid());
+  return "session of rank " + std::to_string(s.rank()) + " of job " + s.net_name();
+}
+
+bool matches(const DumpSession& session, const v1::SessionSelector& s) {
+  if (s.session_id() != 0) return session.id() == s.session_id();
+  if (s.pid() != 0) return session.peer().pid == s.pid();
+  return session.rank() == s.rank() && session.netName() == s.net_name();
+}
+
+}  // namespace
+
+CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>& live,
+                                 const PeerIdentity& requester, const v1::SessionCommand& cmd) {
+  const v1::SessionSelector& sel = cmd.target();
+  const int ways = (sel.session_id() != 0) + (sel.pid() != 0) + sel.by_rank();
+  if (ways != 1) {
+    return refuse(v1::Error::PROTOCOL,
+                  "name the session one way: its id, --pid, or --rank with --job");
+  }
+  std::vector<std::shared_ptr<DumpSession>> found;
+  for (const auto& s : live) {
+    if (matches(*s, sel)) found.push_back(s);
+  }
+  if (found.empty()) return refuse(v1::Error::NOT_FOUND, "no live " + describe(sel));
+  if (found.size() > 1) {
+    return refuse(v1::Error::NOT_FOUND, "the " + describe(sel) +
+                                            " is ambiguous: " + std::to_string(found.size()) +
+                                            " live sessions match; name it by id");
+  }
+  DumpSession& session = *found.front();
+  if (requester.uid != 0 && requester.uid != session.peer().uid) {
+    spdlog::warn("refused a command from uid {} (pid {}) on session {} of uid {}", requester.uid,
+                 requester.pid, session.id(), session.peer().uid);
+    return refuse(v1::Error::PERMISSION_DENIED, "session " + std::to_string(session.id()) +
+                                                    " belongs to uid " +
+                                                    std::to_string(session.peer().uid) +
+                                                    "; only that uid or root may control it");
+  }
+  CommandOutcome o;
+  o.session_id = session.id();
+  switch (cmd.action_case()) {
+    case v1::SessionCommand::kTrigger: {
+      if (std::string why = session.triggerRefusal(); !why.empty()) {
+        return refuse(v1::Error::FAILED_PRECONDITION, why);
+      }
+      std::string reason = cmd.trigger().reason().substr(0, 1024);
+      spdlog::info("session {}: manual trigger from uid {}: {}", session.id(), requester.uid,
+                   escapeForLog(reason));
+      session.requestTrigger(std::move(reason));
+      o.ok = true;
+      o.message = "triggered session " + std::to_string(session.id()) +
+                  ": its kept iterations are being written";
+      return o;
+    }
+    case v1::SessionCommand::ACTION_NOT_SET:
+      break;
+  }
+  return refuse(v1::Error::PROTOCOL, "session command without an action");
+}
+
+}  // namespace dumpd::daemon
