@@ -51,10 +51,12 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   m.iteration = iteration;
   m.graph_id = graph_id;
   m.once.clear();
+  m.applySelection();
   m.updateStepSelected();
   v1::Control ctl;
   ctl.mutable_step()->set_graph_id(graph_id);
   ctl.mutable_step()->set_iteration(iteration);
+  ctl.mutable_step()->set_selection_generation(m.selection_generation);
   return m.sendControl(ctl, nullptr, 0);
 }
 
@@ -335,6 +337,10 @@ Result<Counts> Client::flush(int timeout_ms) {
     if (reply->has_error()) {
       m.fatal = "dumpd ended the session: " + reply->error().message();
       return makeError(ErrorCode::kUnavailable, m.fatal);
+    }
+    if (reply->has_selection_update()) {
+      m.pending_selection = reply->selection_update();  // applied at the next step mark
+      continue;
     }
     if (reply->has_flush_reply() && reply->flush_reply().token() == m.flush_token) {
       return countsFromWire(reply->flush_reply().counts(), reply->flush_reply().last_error());

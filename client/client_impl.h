@@ -31,6 +31,12 @@ inline constexpr int kLivenessSliceMs = 200;
 struct Client::Impl {
   Options options;
   config::DumpPlan plan;
+  // Runtime control (dumpctl control): the last SelectionUpdate applied, and one received
+  // but not yet applied (at the next step mark).
+  uint64_t selection_generation = 0;
+  bool paused = false;
+  bool recorder_on = true;
+  std::optional<v1::SelectionUpdate> pending_selection;
   std::optional<config::Filter> filter;
   uint32_t rank = 0;
   uint32_t device = 0;
@@ -124,8 +130,24 @@ struct Client::Impl {
   void updateStepSelected() {
     // With a flight recorder every iteration's selected ops are copied: the daemon keeps
     // those the job does not select (docs/recorder.md).
+    const bool recording = plan.flight_recorder.has_value() && recorder_on;
     step_selected = filter->deviceSelected(device) &&
-                    (plan.flight_recorder.has_value() || filter->iterationSelected(iteration));
+                    (recording || (!paused && filter->iterationSelected(iteration)));
+  }
+
+  // The operator's change the daemon sent (dumpctl control), from this step on. The step mark
+  // sent next names its generation, so the daemon switches at the same record.
+  void applySelection() {
+    if (!pending_selection) return;
+    const v1::SelectionUpdate& u = *pending_selection;
+    // The daemon checked the text; one it could not have sent leaves the selection as it is.
+    if (auto set = config::IterationSet::parse(u.iteration())) {
+      filter->setIterations(std::move(set).value());
+      paused = u.paused();
+      recorder_on = u.recorder_on();
+      selection_generation = u.generation();
+    }
+    pending_selection.reset();
   }
 
   Error dead() const {
@@ -152,6 +174,10 @@ struct Client::Impl {
       if (env.value()->has_error()) {
         fatal = "dumpd ended the session: " + env.value()->error().message();
         return;
+      }
+      if (env.value()->has_selection_update()) {
+        // dumpctl control: applied at the next step mark (applySelection).
+        pending_selection = env.value()->selection_update();
       }
     }
   }

@@ -22,6 +22,8 @@ class Filter {
   bool deviceSelected(uint32_t device) const;
   bool iterationSelected(uint32_t iteration) const;
   bool ioSelected(Io io) const;
+  // A new iteration selection (dumpctl control); the rest of the rules stay.
+  void setIterations(IterationSet iterations) { iterations_ = std::move(iterations); }
   // Kernel rule only (dump_mode 1 list; dump_mode 2 uses `marked`). Cached per op name:
   // after the first call for a name a lookup costs one hash.
   bool opSelected(std::string_view op_full_name, bool marked = false);

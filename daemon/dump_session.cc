@@ -94,6 +94,7 @@ void DumpSession::run() {
   }
   if (setUp()) {
     drainLoop();
+    takeOperatorRequests();  // journal lines and a trigger that came at the very end
     drain_->finish(producer_lost_.load() || producerExited());
     const DrainCounters& c = drain_->counters();
     spdlog::info("session {}: closed; {} tensors written ({} bytes), {} dropped, {} write errors",
@@ -165,6 +166,9 @@ bool DumpSession::setUp() {
                escapeForLog(p.plan.net_name), escapeForLog(p.plan.path), p.ring.capacity() >> 20,
                escapeForLog(info->producer));
 
+  Selection initial;
+  initial.iteration = p.plan.iterations.toString();
+  selection_ = std::make_shared<RuntimeSelection>(initial, p.plan.flight_recorder.has_value());
   std::weak_ptr<DumpSession> weak = weak_from_this();
   drain_ = std::make_shared<RingDrain>(
       id_, hello_.rank(), hello_.device(), std::move(p.plan), std::move(p.filter),
@@ -172,6 +176,7 @@ bool DumpSession::setUp() {
       [weak](uint64_t) {
         if (auto s = weak.lock()) s->onRecordsDone();
       });
+  drain_->setRuntimeSelection(selection_);
   refreshFreeBytes();
   State s = State::kSetup;
   state_.compare_exchange_strong(s, State::kActive);
@@ -216,7 +221,7 @@ void DumpSession::drainLoop() {
       ring.setClosing();
       closing_set = true;
     }
-    takeManualTrigger();
+    takeOperatorRequests();
     auto r = ring.next();
     if (!r) {
       endCorrupt(r.error().message);
@@ -292,8 +297,9 @@ std::string DumpSession::triggerRefusal() const {
   v1::RecorderStatus st;
   drain_->fillRecorderStatus(&st);
   if (!st.recording()) {
-    return name + "'s flight recorder stopped after " + std::to_string(st.triggers()) +
-           " trigger(s) (flight_recorder.max_triggers)";
+    return name + "'s flight recorder is not recording (turned off by dumpctl control, or " +
+           "stopped after " + std::to_string(st.triggers()) +
+           " trigger(s): flight_recorder.max_triggers)";
   }
   return {};
 }
@@ -302,20 +308,62 @@ void DumpSession::requestTrigger(std::string reason) {
   {
     MutexLock lock(&trigger_mu_);
     trigger_reason_ = std::move(reason);
+    trigger_requested_ = true;
   }
-  trigger_pending_.store(true, std::memory_order_release);
+  operator_pending_.store(true, std::memory_order_release);
   if (ready_.load(std::memory_order_acquire)) drain_->ring().wakeConsumer();
 }
 
-void DumpSession::takeManualTrigger() {
-  if (!trigger_pending_.load(std::memory_order_acquire)) return;
+Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32_t uid) {
+  if (!ready_.load(std::memory_order_acquire) || state_.load() != State::kActive) {
+    return makeError(ErrorCode::kUnavailable, "session " + std::to_string(id_) +
+                                                  " is not dumping (still starting, or ending)");
+  }
+  if (change.has_iteration() && drain_->plan().op_debug_mode == 4) {
+    return makeError(ErrorCode::kInvalidConfig,
+                     "session " + std::to_string(id_) +
+                         " dumps every iteration (op_debug_mode 4): its iteration cannot change");
+  }
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  auto next = selection_->change(change, uid, static_cast<uint64_t>(now_us.count()));
+  if (!next) return next.error();
+  const Selection& s = next.value();
+  v1::Envelope update;
+  v1::SelectionUpdate* u = update.mutable_selection_update();
+  u->set_generation(s.generation);
+  u->set_iteration(s.iteration);
+  u->set_paused(s.paused);
+  u->set_recorder_on(s.recorder_on);
+  if (auto o = owner_.lock()) o->send(update);
+  // The session thread journals it (control.jsonl): no file I/O here.
+  operator_pending_.store(true, std::memory_order_release);
+  drain_->ring().wakeConsumer();
+  spdlog::info("session {}: uid {} changed the selection (generation {}): iteration \"{}\"{}{}",
+               id_, uid, s.generation, escapeForLog(s.iteration), s.paused ? ", paused" : "",
+               s.recorder_on ? "" : ", recorder off");
+  return "session " + std::to_string(id_) + ": iteration \"" + s.iteration + "\"" +
+         (s.paused ? ", paused" : "") +
+         (drain_->plan().flight_recorder ? (s.recorder_on ? ", recorder on" : ", recorder off")
+                                         : "") +
+         " from the client's next step";
+}
+
+void DumpSession::takeOperatorRequests() {
+  // Cleared first: a request made while this runs sets it again and is taken next time.
+  if (!operator_pending_.exchange(false, std::memory_order_acq_rel)) return;
+  for (const std::string& line : selection_->takeJournal()) {
+    drain_->appendJournal("control.jsonl", line);
+  }
   std::string reason;
+  bool fire = false;
   {
     MutexLock lock(&trigger_mu_);
+    fire = trigger_requested_;
+    trigger_requested_ = false;
     reason = std::move(trigger_reason_);
-    trigger_pending_.store(false, std::memory_order_relaxed);
   }
-  drain_->triggerManually(std::move(reason));
+  if (fire) drain_->triggerManually(std::move(reason));
 }
 
 bool DumpSession::producerExited() const {
@@ -420,6 +468,10 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
   }
   v1::RecorderStatus recorder;
   if (d.fillRecorderStatus(&recorder)) *out->mutable_recorder() = std::move(recorder);
+  const Selection sel = selection_->current();
+  out->set_selection(sel.iteration);
+  out->set_selection_changed(sel.generation != 0);
+  out->set_paused(sel.paused);
 }
 
 void DumpSession::addTotals(v1::Counts* c) const {

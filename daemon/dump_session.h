@@ -28,6 +28,7 @@
 #include "base/snapshot.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/ring_drain.h"
+#include "daemon/runtime_selection.h"
 #include "daemon/session_env.h"
 #include "daemon/session_owner.h"
 #include "daemon/session_setup.h"
@@ -79,6 +80,10 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // A manual flight recorder trigger (dumpctl trigger): the session thread fires it soon.
   // Any thread.
   void requestTrigger(std::string reason);
+  // dumpctl control (io thread): checks and applies `change` requested by `uid`, sends it to
+  // the client (which switches at its next step mark), and queues its journal line. Returns
+  // what the operator is told, or why it was refused (the job keeps its selection).
+  Result<std::string> control(const v1::ControlChange& change, uint32_t uid);
 
   // io thread. False when too many flushes are outstanding (a broken or hostile client).
   bool addFlushWait(uint64_t sequence, uint64_t token);
@@ -120,7 +125,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   void onThreadDone();          // io thread
   void refreshFreeBytes();      // session thread
   bool producerExited() const;  // session thread
-  void takeManualTrigger();     // session thread
+  void takeOperatorRequests();  // session thread: dumpctl trigger, control journal lines
 
   SessionContext ctx_;
   const std::weak_ptr<SessionOwner> owner_;
@@ -148,9 +153,12 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   std::atomic<bool> have_free_bytes_{false};
   std::atomic<uint32_t> flush_waiting_{0};
   std::atomic<bool> producer_lost_{false};
-  std::atomic<bool> trigger_pending_{false};
+  std::atomic<bool> operator_pending_{false};
   Mutex trigger_mu_;
   std::string trigger_reason_ GUARDED_BY(trigger_mu_);
+  bool trigger_requested_ GUARDED_BY(trigger_mu_) = false;
+  // Set up before ready_ is published; then read-only (the object is thread-safe).
+  std::shared_ptr<RuntimeSelection> selection_;
 
   // io thread.
   struct FlushWait {

@@ -1,5 +1,6 @@
 #include "daemon/flight_recorder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -59,6 +60,12 @@ void FlightRecorder::publishCounts() {
 }
 
 std::vector<KeptRecord> FlightRecorder::keep(uint32_t iteration, KeptRecord r, uint64_t bytes) {
+  if (iteration != counting_iteration_) {
+    counting_iteration_ = iteration;
+    iteration_bytes_ = 0;
+  }
+  iteration_bytes_ += bytes;
+  largest_iteration_ = std::max(largest_iteration_, iteration_bytes_);
   std::vector<KeptRecord> out = kept_.add(iteration, std::move(r), bytes);
   publishCounts();
   return out;

@@ -53,7 +53,11 @@ class FlightRecorder {
 
   const config::FlightRecorderPlan& plan() const { return plan_; }
   // Keeps records of unselected iterations: on, and fewer than max_triggers triggers so far.
-  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+  bool recording() const {
+    return enabled_.load(std::memory_order_relaxed) && recording_.load(std::memory_order_relaxed);
+  }
+  // dumpctl control --recorder on|off.
+  void setEnabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   // True for the iterations a trigger writes as they come (the `after_steps` after it, and
   // the rest of the iteration it fired during).
   bool writes(uint32_t iteration) const {
@@ -74,6 +78,8 @@ class FlightRecorder {
   // Everything kept (the session ends without a trigger).
   std::vector<KeptRecord> releaseAll();
   uint64_t keptIterations() const { return kept_.iterations(); }
+  // Ring bytes of the largest iteration recorded so far (kept or not).
+  uint64_t largestIterationBytes() const { return largest_iteration_; }
   // The newest kept iteration (the one being recorded), or null.
   const Kept::Iteration* newest() const { return kept_.newest(); }
 
@@ -101,8 +107,12 @@ class FlightRecorder {
   LossSpikeDetector losses_;
   std::optional<Window> window_;
   uint32_t fired_ = 0;
+  uint32_t counting_iteration_ = 0;  // the iteration iteration_bytes_ adds up
+  uint64_t iteration_bytes_ = 0;
+  uint64_t largest_iteration_ = 0;
 
-  std::atomic<bool> recording_{true};
+  std::atomic<bool> recording_{true};  // false after max_triggers
+  std::atomic<bool> enabled_{true};
   std::atomic<uint32_t> kept_iterations_{0};
   std::atomic<uint64_t> kept_bytes_{0};
   std::atomic<uint64_t> not_whole_{0};

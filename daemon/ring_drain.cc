@@ -125,7 +125,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
   const bool marked = (op.flags & ipc::kOpMarked) != 0;
   // Selected iterations are written as the job says; with a flight recorder, the iterations
   // after a trigger are written with its saved_data, and every other one is kept.
-  const bool dumped = filter_.iterationSelected(op.iteration);
+  const bool dumped = selected(op.iteration);
   const bool recorder_writes = !dumped && recorder_ && recorder_->writes(op.iteration);
   const bool kept = !dumped && !recorder_writes && recorder_ && recorder_->recording();
   const bool op_selected = filter_.deviceSelected(device_) && (dumped || recorder_writes || kept) &&
@@ -310,6 +310,10 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       const uint32_t g = ctl.step().graph_id();
       const uint32_t i = ctl.step().iteration();
       if (have_step_ && (g != step_graph_ || i != step_iteration_)) completeStep();
+      // From this step on, the selection the client applied (it switched at this mark).
+      if (ctl.step().selection_generation() != applied_generation_) {
+        applySelection(ctl.step().selection_generation());
+      }
       have_step_ = true;
       step_graph_ = g;
       step_iteration_ = i;
@@ -329,8 +333,8 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
     }
     case v1::Control::kKernelArgs: {
       const v1::KernelArgs& k = ctl.kernel_args();
-      if (plan_.save_kernel_args && filter_.deviceSelected(device_) &&
-          filter_.iterationSelected(k.iteration()) && filter_.opSelected(k.op_name())) {
+      if (plan_.save_kernel_args && filter_.deviceSelected(device_) && selected(k.iteration()) &&
+          filter_.opSelected(k.op_name())) {
         std::vector<std::pair<std::string, std::string>> args(k.args().begin(), k.args().end());
         std::sort(args.begin(), args.end());
         st = writer_->writeKernelArgs(k.graph_id(), k.iteration(), k.op_type(), k.op_name(), args);
@@ -379,6 +383,32 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
   return true;
 }
 
+void RingDrain::applySelection(uint64_t generation) {
+  std::optional<Selection> s = selection_ ? selection_->find(generation) : std::nullopt;
+  if (!s) {
+    // A client naming a generation the daemon never sent (or one long replaced): keep the
+    // current selection, say so once per step.
+    warnings_.warn("the client applied selection " + std::to_string(generation) +
+                   ", which dumpd does not know; the selection is unchanged");
+    return;
+  }
+  auto set = config::IterationSet::parse(s->iteration);
+  if (set) filter_.setIterations(std::move(set).value());
+  paused_ = s->paused;
+  applied_generation_ = generation;
+  if (recorder_) {
+    recorder_->setEnabled(s->recorder_on);
+    if (!s->recorder_on) releaseKept(recorder_->releaseAll());
+  }
+  spdlog::info("session {}: selection {} in force from iteration {}: iteration \"{}\"{}{}", id_,
+               generation, step_iteration_, escapeForLog(s->iteration), s->paused ? ", paused" : "",
+               recorder_ ? (s->recorder_on ? ", recorder on" : ", recorder off") : "");
+}
+
+void RingDrain::appendJournal(std::string_view name, const std::string& line) {
+  if (Status st = writer_->appendJournal(name, line); !st) warnings_.warn(st.error().message);
+}
+
 void RingDrain::completeStep() {
   memos_.clear();  // a new step repeats nothing of the last one
   release_.waitIdle();
@@ -387,8 +417,8 @@ void RingDrain::completeStep() {
     checkRecorderSizing(step_iteration_);
   }
   publishSnapshot();
-  const bool dumped = filter_.iterationSelected(step_iteration_) ||
-                      (recorder_ && recorder_->writes(step_iteration_));
+  const bool dumped =
+      selected(step_iteration_) || (recorder_ && recorder_->writes(step_iteration_));
   if (dumped) {
     Status s = writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped());
     if (!s) warnings_.warn(s.error().message);
@@ -427,8 +457,8 @@ void RingDrain::finish(bool producer_lost) {
     }
     releaseKept(recorder_->releaseAll());
   }
-  const bool step_written = filter_.iterationSelected(step_iteration_) ||
-                            (recorder_ && recorder_->writes(step_iteration_));
+  const bool step_written =
+      selected(step_iteration_) || (recorder_ && recorder_->writes(step_iteration_));
   if (have_step_ && (step_written || writer_->listsEveryIteration())) {
     // finish() below completes every open iteration; the global order gets its last line.
     (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);

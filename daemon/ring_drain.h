@@ -22,6 +22,7 @@
 #include "daemon/flight_recorder.h"
 #include "daemon/op_task.h"
 #include "daemon/release_queue.h"
+#include "daemon/runtime_selection.h"
 #include "daemon/session_warnings.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
@@ -72,6 +73,11 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool freeRecorderSpace();
   // A manual trigger (dumpctl trigger, or the client's Trigger record).
   void triggerManually(std::string reason);
+  // Runtime control: the selections clients name in their step marks (set before the first
+  // record is handled).
+  void setRuntimeSelection(std::shared_ptr<const RuntimeSelection> s) { selection_ = std::move(s); }
+  // Journals `line` in .dump_metadata/`name` (session thread); failures become warnings.
+  void appendJournal(std::string_view name, const std::string& line);
   // Status (io thread): false when the job has no flight recorder.
   bool fillRecorderStatus(v1::RecorderStatus* out) const;
   // Refreshes the figures status shows (free space, writer counters, unused kernels).
@@ -97,6 +103,12 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::optional<uint64_t> writerFreeBytes();
 
  private:
+  // Whether the job dumps `iteration` (its selection, unless paused by dumpctl control).
+  bool selected(uint32_t iteration) const {
+    return !paused_ && filter_.iterationSelected(iteration);
+  }
+  // Switches to the selection the client applied at this step mark.
+  void applySelection(uint64_t generation);
   bool handleOp(const ipc::RingConsumer::Record& r);
   bool handleControl(const ipc::RingConsumer::Record& r);
   void completeStep();
@@ -114,6 +126,13 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Blocks until every NaN/infinity check submitted is done.
   void waitChecks();
   void fire(TriggerEvent e);
+  // Ring bytes the recorder leaves free for the producer: a whole iteration (the producer
+  // may be that far ahead of the drain), and twice the largest record with its header (one
+  // that does not fit before the ring's end needs a pad record as well).
+  uint64_t headroom() const {
+    return (recorder_ ? recorder_->largestIterationBytes() : 0) +
+           2 * (largest_record_ + 2 * ipc::kRecordAlign);
+  }
   // Warns when the ring or max_bytes cannot hold `steps` iterations like the first one.
   void checkRecorderSizing(uint32_t completed_iteration);
   bool fail(std::string message);
@@ -153,6 +172,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint64_t client_dropped_reported_ = 0;
   // Dump once: the memos of this step's flagged tensors, by memoKey(sequence, tensor index).
   std::unordered_map<uint64_t, std::shared_ptr<storage::TensorMemo>> memos_;
+  std::shared_ptr<const RuntimeSelection> selection_;
+  uint64_t applied_generation_ = 0;
+  bool paused_ = false;
   // The flight recorder (null: the job has none); its sizing warning is given once.
   std::unique_ptr<FlightRecorder> recorder_;
   bool recorder_sized_ = false;

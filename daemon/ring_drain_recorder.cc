@@ -56,9 +56,9 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
       recorder_->keep(iteration, KeptRecord{std::move(task), slot}, ring_bytes);
   bool refused = !out.empty() && out.back().slot == slot;  // it did not fit
   releaseKept(std::move(out));
-  // Keep room for the records to come, so that the producer neither waits (block) nor
-  // drops (drop) for the recorder: two of the largest record seen so far.
-  while (ring_.capacity() - std::min(ring_.capacity(), ring_.usedBytes()) < 2 * largest_record_) {
+  // Keep room for the records to come (headroom()), so that the producer neither waits
+  // (block) nor drops (drop) for the recorder.
+  while (ring_.capacity() - std::min(ring_.capacity(), ring_.usedBytes()) < headroom()) {
     std::vector<KeptRecord> freed = recorder_->discardForSpace();
     if (freed.empty()) break;
     for (const KeptRecord& r : freed) refused = refused || r.slot == slot;
@@ -178,10 +178,10 @@ void RingDrain::checkRecorderSizing(uint32_t completed_iteration) {
   const FlightRecorder::Kept::Iteration* it = recorder_->newest();
   if (it == nullptr || it->number != completed_iteration || it->items.empty()) return;
   recorder_sized_ = true;
-  const uint64_t need = it->bytes * recorder_->plan().steps;
+  const uint64_t need = recorder_->largestIterationBytes() * recorder_->plan().steps;
   std::string why;
   // The drain keeps two of the largest records free for the producer (keepRecord).
-  if (need + 2 * largest_record_ > ring_.capacity()) {
+  if (need + headroom() > ring_.capacity()) {
     why = "the ring (" + std::to_string(ring_.capacity() >> 20) + " MiB) cannot hold " +
           std::to_string(recorder_->plan().steps) + " iterations of " +
           std::to_string(it->bytes >> 20) + " MiB; raise ring_bytes";

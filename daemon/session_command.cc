@@ -71,6 +71,19 @@ CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>
                   ": its kept iterations are being written";
       return o;
     }
+    case v1::SessionCommand::kControl: {
+      auto done = session.control(cmd.control(), requester.uid);
+      if (!done) {
+        const ErrorCode c = done.error().code;
+        return refuse(c == ErrorCode::kInvalidConfig     ? v1::Error::INVALID_CONFIG
+                      : c == ErrorCode::kInvalidArgument ? v1::Error::PROTOCOL
+                                                         : v1::Error::FAILED_PRECONDITION,
+                      done.error().message);
+      }
+      o.ok = true;
+      o.message = std::move(done).value();
+      return o;
+    }
     case v1::SessionCommand::ACTION_NOT_SET:
       break;
   }

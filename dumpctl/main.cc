@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dumpctl/compare_command.h"
+#include "dumpctl/control_command.h"
 #include "dumpctl/convert_command.h"
 #include "dumpctl/status_command.h"
 #include "dumpctl/trigger_command.h"
@@ -26,6 +27,10 @@ constexpr const char* kUsage =
     "  trigger SESSION|--pid PID|--rank N --job NET_NAME [--reason TEXT]\n"
     "                   write what a session's flight recorder keeps now (the session's\n"
     "                   own uid or root only; see docs/recorder.md)\n"
+    "  control SESSION|--pid PID|--rank N --job NET_NAME [--iteration RANGE] [--pause|--resume]\n"
+    "          [--recorder on|off]\n"
+    "                   change what a running job dumps, from its next step (the session's\n"
+    "                   own uid or root only)\n"
     "  convert IN [-o OUT]\n"
     "                   turn Ascend bin dump files (a file or a tree) into .npy files\n"
     "  compare LEFT RIGHT [-o result.csv] [--html report.html] [--map names.csv]\n"
@@ -97,6 +102,13 @@ int main(int argc, char** argv) {
     return dumpd::dumpctl::runValidateCommand(std::string(rest[0]), std::cout, std::cerr);
   }
   if (command == "status") return runStatus(rest, socket);
+  if (command == "control") {
+    if (rest.size() == 1 && (rest[0] == "-h" || rest[0] == "--help")) {
+      std::cout << kUsage;
+      return 0;
+    }
+    return dumpd::dumpctl::runControlCommand(rest, socket, std::cout, std::cerr);
+  }
   if (command == "trigger") {
     if (rest.size() == 1 && (rest[0] == "-h" || rest[0] == "--help")) {
       std::cout << kUsage;

@@ -1,0 +1,48 @@
+#include "dumpctl/control_command.h"
+
+#include "config/iteration_set.h"
+
+namespace dumpd::dumpctl {
+
+int runControlCommand(const std::vector<std::string_view>& args, const std::string& socket,
+                      std::ostream& out, std::ostream& err) {
+  const auto usage = [&](const std::string& message) {
+    err << "dumpctl control: " << message << "\n";
+    return 2;
+  };
+  std::vector<std::string_view> selector;
+  v1::SessionCommand cmd;
+  v1::ControlChange* change = cmd.mutable_control();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    if (a == "--iteration") {
+      if (i + 1 >= args.size()) return usage("--iteration needs a RANGE (\"all\", \"0|5-8\")");
+      const std::string_view range = args[++i];
+      // Checked here too, for the same message without a round trip.
+      if (auto set = config::IterationSet::parse(range); !set) {
+        err << "dumpctl control: " << set.error().message << "\n";
+        return 1;
+      }
+      change->set_iteration(std::string(range));
+    } else if (a == "--pause" || a == "--resume") {
+      if (change->has_paused()) return usage("give one of --pause and --resume");
+      change->set_paused(a == "--pause");
+    } else if (a == "--recorder") {
+      if (i + 1 >= args.size() || (args[i + 1] != "on" && args[i + 1] != "off")) {
+        return usage("--recorder needs on or off");
+      }
+      change->set_recorder_on(args[++i] == "on");
+    } else {
+      selector.push_back(a);
+    }
+  }
+  if (!change->has_iteration() && !change->has_paused() && !change->has_recorder_on()) {
+    return usage("nothing to change: give --iteration, --pause, --resume or --recorder");
+  }
+  auto sel = parseSessionSelector(selector);
+  if (!sel) return usage(sel.error().message);
+  *cmd.mutable_target() = sel.value();
+  return sendSessionCommand(socket, cmd, "control", out, err);
+}
+
+}  // namespace dumpd::dumpctl
