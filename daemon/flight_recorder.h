@@ -80,6 +80,9 @@ class FlightRecorder {
   uint64_t keptIterations() const { return kept_.iterations(); }
   // Ring bytes of the largest iteration recorded so far (kept or not).
   uint64_t largestIterationBytes() const { return largest_iteration_; }
+  // Ring bytes of the records kept now (0 when discardForSpace() emptied the current
+  // iteration: it is still being recorded, but holds nothing).
+  uint64_t keptBytes() const { return kept_.bytes(); }
   // The newest kept iteration (the one being recorded), or null.
   const Kept::Iteration* newest() const { return kept_.newest(); }
 

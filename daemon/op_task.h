@@ -28,12 +28,11 @@ struct OpTask {
   std::optional<config::SavedData> saved_data;
 
   // The flight recorder's check of a kept record (written by the check task before it holds
-  // the record, read by the session thread after ReleaseQueue::waitIdle()): the first view
-  // holding a NaN or an infinity, and which.
+  // the record, read by the session thread after RingDrain::waitChecks()): the first view
+  // holding a NaN and the first holding an infinity (each trigger can be off on its own).
   static constexpr uint32_t kNoView = UINT32_MAX;
-  uint32_t non_finite_view = kNoView;
-  bool has_nan = false;
-  bool has_inf = false;
+  uint32_t nan_view = kNoView;
+  uint32_t inf_view = kNoView;
 };
 
 }  // namespace dumpd::daemon

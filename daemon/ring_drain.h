@@ -68,7 +68,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   void finish(bool producer_lost = false);
   // Flight recorder (session thread). Whether it keeps records the ring needs for a producer
   // that waits for space (the drain loop then asks to be woken for that, and frees them).
-  bool recorderHoldsSpace() const { return recorder_ && recorder_->keptIterations() != 0; }
+  bool recorderHoldsSpace() const { return recorder_ && recorder_->keptBytes() != 0; }
   // Releases kept records for a producer waiting for space; false when there were none.
   bool freeRecorderSpace();
   // A manual trigger (dumpctl trigger, or the client's Trigger record).

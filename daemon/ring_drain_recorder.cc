@@ -3,6 +3,7 @@
 // The policy (what is kept, when a trigger fires) is FlightRecorder's.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -20,7 +21,8 @@ uint64_t wallMicros() {
                                    .count());
 }
 
-// Records the first view of `task` holding a NaN or an infinity (pool thread).
+// Records the first view of `task` holding a NaN, and the first holding an infinity (pool
+// thread).
 void checkValues(OpTask& task) {
   for (size_t i = 0; i < task.views.size(); ++i) {
     const storage::TensorView& v = task.views[i];
@@ -36,12 +38,9 @@ void checkValues(OpTask& task) {
       nan = stats.nan != 0;
       inf = stats.negative_inf != 0 || stats.positive_inf != 0;
     }
-    if (nan || inf) {
-      task.non_finite_view = static_cast<uint32_t>(i);
-      task.has_nan = nan;
-      task.has_inf = inf;
-      return;
-    }
+    if (nan && task.nan_view == OpTask::kNoView) task.nan_view = static_cast<uint32_t>(i);
+    if (inf && task.inf_view == OpTask::kNoView) task.inf_view = static_cast<uint32_t>(i);
+    if (task.nan_view != OpTask::kNoView && task.inf_view != OpTask::kNoView) return;
   }
 }
 
@@ -114,11 +113,14 @@ void RingDrain::checkNonFinite(uint32_t iteration) {
   waitChecks();  // then every kept record's check is done; items are in record order
   for (const KeptRecord& r : it->items) {
     const OpTask& t = *r.task;
-    if (t.non_finite_view == OpTask::kNoView) continue;
-    if (!(nan && t.has_nan) && !(inf && t.has_inf)) continue;
-    const storage::TensorView& v = t.views[t.non_finite_view];
+    // The first view holding a value of a kind this recorder triggers on.
+    const uint32_t nan_at = nan ? t.nan_view : OpTask::kNoView;
+    const uint32_t inf_at = inf ? t.inf_view : OpTask::kNoView;
+    const uint32_t at = std::min(nan_at, inf_at);
+    if (at == OpTask::kNoView) continue;
+    const storage::TensorView& v = t.views[at];
     TriggerEvent e;
-    e.kind = nan && t.has_nan ? config::RecorderTrigger::kNan : config::RecorderTrigger::kInf;
+    e.kind = at == nan_at ? config::RecorderTrigger::kNan : config::RecorderTrigger::kInf;
     e.iteration = it->number;
     e.op_name = std::string(t.op.opName());
     e.tensor = std::string(storage::ioName(v.io)) + " " + std::to_string(v.slot);

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
 #include "tests/daemon/session_fixture.h"
 
 namespace dumpd::daemon::testing {
@@ -52,6 +56,29 @@ class RingDrainTest : public ::testing::Test {
   static std::string lastWarning(const RingDrain& d) {
     auto e = d.warnings().lastError();
     return e ? *e : "";
+  }
+  // The file of op "Add" `name`, committed as record `sequence` by ring_.op().
+  static std::string npyName(const std::string& name, uint64_t sequence) {
+    return "Add." + name + ".0.0." + std::to_string(sequence) +
+           ".output.0.DefaultFormat.float32.npy";
+  }
+  // The lines of triggers.jsonl, parsed.
+  std::vector<nlohmann::json> triggerLines() const {
+    std::vector<nlohmann::json> out;
+    const std::string text = fs_->readFile("rank_0/.dump_metadata/triggers.jsonl").value_or("");
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = text.find('\n', at);
+      EXPECT_NE(end, std::string::npos) << "a line without its newline";
+      if (end == std::string::npos) break;
+      out.push_back(nlohmann::json::parse(text.substr(at, end - at)));
+      at = end + 1;
+    }
+    return out;
+  }
+  static v1::RecorderStatus recorderStatus(const RingDrain& d) {
+    v1::RecorderStatus st;
+    EXPECT_TRUE(d.fillRecorderStatus(&st));
+    return st;
   }
 
   TestProducer ring_;
@@ -155,6 +182,234 @@ TEST_F(RingDrainTest, AControlRecordThatDoesNotParseIsRefused) {
   ring_.ring().commit();
   EXPECT_FALSE(drainAll(*d));
   EXPECT_EQ(d->error(), "control record does not parse");
+}
+
+// The flight recorder: the job selects no iteration the tests reach (recorderConfig), so every
+// op record is kept in the ring until a trigger writes it or the recorder lets it go.
+
+TEST_F(RingDrainTest, RecordedIterationsAreKeptInTheRingButSettled) {
+  auto d = make(recorderConfig(R"({"steps": 3})"));
+  ring_.step(0, 1);                             // 1
+  ring_.op("a", 1, {1.0f});                     // 2
+  ring_.step(0, 2);                             // 3
+  const uint64_t b = ring_.op("b", 2, {2.0f});  // 4
+  ASSERT_TRUE(drainAll(*d));
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
+  EXPECT_EQ(d->counters().tensors_written.load(), 0u);
+  EXPECT_EQ(d->counters().tensors_filtered.load(), 0u);
+  // Held: the ring keeps their bytes, but a flush up to b is answered.
+  EXPECT_EQ(d->doneSequence(), 1u);
+  EXPECT_EQ(d->settledSequence(), b);
+  EXPECT_GT(ring_.ring().usedBytes(), 0u);
+  EXPECT_TRUE(d->recorderHoldsSpace());
+  const v1::RecorderStatus st = recorderStatus(*d);
+  EXPECT_TRUE(st.recording());
+  EXPECT_EQ(st.kept_iterations(), 2u);
+  EXPECT_GT(st.kept_bytes(), 0u);
+
+  // Ending without a trigger writes nothing and gives the ring back.
+  d->finish(/*producer_lost=*/false);
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
+  EXPECT_FALSE(fs_->exists("rank_0/.dump_metadata/triggers.jsonl"));
+  EXPECT_EQ(d->doneSequence(), b);
+  EXPECT_EQ(ring_.ring().usedBytes(), 0u);
+  EXPECT_EQ(recorderStatus(*d).kept_iterations(), 0u);
+}
+
+TEST_F(RingDrainTest, AManualTriggerWritesTheKeptIterationsWithTheRecordersSavedData) {
+  // The job saves statistics only; the recorder writes full tensors.
+  auto d = make(recorderConfig(R"({"steps": 2, "saved_data": "full", "after_steps": 1})"));
+  ring_.step(0, 0);
+  ring_.op("a", 0, {0.5f});  // discarded: not among the last 2 iterations at the trigger
+  ring_.step(0, 1);
+  const uint64_t b = ring_.op("b", 1, {1.5f});
+  ring_.step(0, 2);
+  const uint64_t c = ring_.op("c", 2, {2.5f});
+  v1::Control trigger;
+  trigger.mutable_trigger()->set_reason("by hand");
+  ring_.control(trigger);
+  ring_.step(0, 3);
+  const uint64_t e = ring_.op("e", 3, {3.5f});  // after_steps: written as it comes
+  ring_.step(0, 4);
+  ring_.op("f", 4, {4.5f});  // max_triggers 1: no longer recorded
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net/0/0").empty());
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/1"),
+            (std::vector<std::string>{npyName("b", b), "statistic.csv"}));
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/2"),
+            (std::vector<std::string>{npyName("c", c), "statistic.csv"}));
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/3"),
+            (std::vector<std::string>{npyName("e", e), "statistic.csv"}));
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net/0/4").empty());
+  EXPECT_TRUE(fs_->readFile("rank_0/Net/0/1/" + npyName("b", b))
+                  .value_or("")
+                  .ends_with(floatBytes({1.5f})));
+  EXPECT_EQ(d->counters().tensors_written.load(), 3u);
+  EXPECT_EQ(d->counters().tensors_filtered.load(), 1u);
+  EXPECT_EQ(ring_.ring().usedBytes(), 0u);
+
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "manual");
+  EXPECT_EQ(lines[0]["reason"], "by hand");
+  EXPECT_EQ(lines[0]["iteration"], 2);
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2, 3}));
+  const v1::RecorderStatus st = recorderStatus(*d);
+  EXPECT_FALSE(st.recording());
+  EXPECT_EQ(st.triggers(), 1u);
+  EXPECT_EQ(st.last_trigger(), "manual at iteration 2: by hand");
+}
+
+TEST_F(RingDrainTest, ANanInAKeptTensorFiresAtTheEndOfItsStepNamingTheFirstOp) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  auto d = make(recorderConfig(R"({"steps": 2, "saved_data": "full", "after_steps": 0})"));
+  ring_.step(0, 1);
+  const uint64_t fine = ring_.op("fine", 1, {1.0f, 2.0f});
+  const uint64_t bad = ring_.op("bad", 1, {1.0f, kNan});
+  const uint64_t worse = ring_.op("worse", 1, {kNan});
+  ASSERT_TRUE(drainAll(*d));
+  EXPECT_TRUE(triggerLines().empty());  // the step is not over
+
+  ring_.step(0, 2);
+  ASSERT_TRUE(drainAll(*d));
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "nan");
+  EXPECT_EQ(lines[0]["iteration"], 1);
+  EXPECT_EQ(lines[0]["op"], "bad");
+  EXPECT_EQ(lines[0]["tensor"], "output 0");
+  EXPECT_EQ(lines[0]["reason"], "NaN in bad output 0");
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1}));
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/1"),
+            (std::vector<std::string>{npyName("bad", bad), npyName("fine", fine),
+                                      npyName("worse", worse), "statistic.csv"}));
+  d->finish();
+}
+
+TEST_F(RingDrainTest, AnInfinityFiresOnlyTheTriggersTheRecorderTakes) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  auto d = make(recorderConfig(R"({"triggers": ["inf"], "after_steps": 0})"));
+  ring_.step(0, 1);
+  ring_.op("nan_only", 1, {kNan});
+  ring_.op("big", 1, {-kInf});
+  ring_.step(0, 2);
+  ASSERT_TRUE(drainAll(*d));
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "inf");
+  EXPECT_EQ(lines[0]["op"], "big");
+  EXPECT_EQ(lines[0]["reason"], "an infinity in big output 0");
+  d->finish();
+}
+
+// The check once kept only the first non-finite view of a record: a NaN input hid the
+// infinity of its output from a recorder that triggers on infinities only.
+TEST_F(RingDrainTest, AnInfinityAfterANanInTheSameRecordFiresAnInfOnlyRecorder) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  auto d = make(recorderConfig(R"({"triggers": ["inf"], "after_steps": 0})"));
+  ring_.step(0, 1);
+  const std::vector<int64_t> shape{1};
+  ipc::TensorSpec t[2];
+  t[0].io = static_cast<uint8_t>(Io::kInput);
+  t[1].io = static_cast<uint8_t>(Io::kOutput);
+  for (ipc::TensorSpec& s : t) {
+    s.dtype = static_cast<uint8_t>(DType::kFloat32);
+    s.shape = shape;
+    s.data_bytes = sizeof(float);
+  }
+  ipc::OpSpec op;
+  op.iteration = 1;
+  op.op_type = "Add";
+  op.op_name = "mixed";
+  op.tensors = std::span(t, 2);
+  ring_.commit(ring_.reserve(op, {floatBytes({kNan}), floatBytes({kInf})}));
+  ring_.step(0, 2);
+  ASSERT_TRUE(drainAll(*d));
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u) << "the infinity in output 0 was missed";
+  EXPECT_EQ(lines[0]["kind"], "inf");
+  EXPECT_EQ(lines[0]["op"], "mixed");
+  EXPECT_EQ(lines[0]["tensor"], "output 0");
+  d->finish();
+}
+
+TEST_F(RingDrainTest, ALossSpikeWritesTheKeptIterations) {
+  auto d = make(recorderConfig(
+      R"({"triggers": ["loss_spike"], "saved_data": "full", "after_steps": 0,
+          "loss_spike": {"window": 2, "factor": 2.0}})"));
+  const auto loss = [&](uint32_t iteration, double value) {
+    v1::Control ctl;
+    ctl.mutable_loss()->set_iteration(iteration);
+    ctl.mutable_loss()->set_value(value);
+    ring_.control(ctl);
+  };
+  std::vector<uint64_t> seq;
+  for (uint32_t it = 1; it <= 3; ++it) {
+    ring_.step(0, it);
+    seq.push_back(ring_.op("x", it, {static_cast<float>(it)}));
+    loss(it, it == 3 ? 5.0 : 1.0);
+  }
+  ASSERT_TRUE(drainAll(*d));
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "loss_spike");
+  EXPECT_EQ(lines[0]["iteration"], 3);
+  EXPECT_EQ(lines[0]["losses"], nlohmann::json({1.0, 1.0, 5.0}));
+  EXPECT_EQ(lines[0]["reason"], "loss 5 > 2 x median 1 of the last 2");
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2, 3}));
+  d->finish();
+  for (uint32_t it = 1; it <= 3; ++it) {
+    EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/" + std::to_string(it)),
+              (std::vector<std::string>{npyName("x", seq[it - 1]), "statistic.csv"}));
+  }
+}
+
+TEST_F(RingDrainTest, ALostProducerWritesTheKeptIterationsAsACrash) {
+  auto d = make(recorderConfig(R"({"steps": 2, "saved_data": "full", "after_steps": 0})"));
+  ring_.step(0, 1);
+  const uint64_t a = ring_.op("a", 1, {1.0f});
+  ring_.step(0, 2);
+  const uint64_t b = ring_.op("b", 2, {2.0f});
+  ASSERT_TRUE(drainAll(*d));
+  d->finish(/*producer_lost=*/true);
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/1"),
+            (std::vector<std::string>{npyName("a", a), "statistic.csv"}));
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/2"),
+            (std::vector<std::string>{npyName("b", b), "statistic.csv"}));
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "crash");
+  EXPECT_EQ(lines[0]["iteration"], 2);
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2}));
+  EXPECT_EQ(ring_.ring().usedBytes(), 0u);
+}
+
+TEST_F(RingDrainTest, FreeingRecorderSpaceReleasesTheOldestIterationFirst) {
+  auto d = make(recorderConfig(R"({"steps": 3})"));
+  ring_.step(0, 1);                             // 1
+  ring_.op("a", 1, {1.0f});                     // 2
+  ring_.step(0, 2);                             // 3
+  const uint64_t b = ring_.op("b", 2, {2.0f});  // 4
+  ASSERT_TRUE(drainAll(*d));
+  const uint64_t used = ring_.ring().usedBytes();
+  ASSERT_TRUE(d->freeRecorderSpace());
+  EXPECT_EQ(d->doneSequence(), 3u);
+  EXPECT_LT(ring_.ring().usedBytes(), used);
+  EXPECT_EQ(recorderStatus(*d).discarded_for_space(), 1u);
+  // Then the records of the iteration being recorded.
+  ASSERT_TRUE(d->freeRecorderSpace());
+  EXPECT_EQ(d->doneSequence(), b);
+  EXPECT_EQ(ring_.ring().usedBytes(), 0u);
+  EXPECT_EQ(recorderStatus(*d).not_kept_whole(), 1u);
+  // Nothing is held now: the drain loop must not wake for a waiting producer.
+  EXPECT_FALSE(d->freeRecorderSpace());
+  EXPECT_FALSE(d->recorderHoldsSpace());
+  d->finish();
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
 }
 
 }  // namespace

@@ -167,6 +167,15 @@ inline std::string jobConfig(const std::string& saved_data = "full",
     "e2e_dump_settings": {"enable": true, "trans_flag": true}})";
 }
 
+// A job config whose `iteration` selects nothing the tests reach (every step is only recorded)
+// with the "flight_recorder" section `section` (JSON text).
+inline std::string recorderConfig(const std::string& section,
+                                  const std::string& saved_data = "statistic") {
+  std::string c = jobConfig(saved_data, "100000");
+  c.pop_back();  // the closing brace
+  return c + ", \"flight_recorder\": " + section + "}";
+}
+
 // The Hello of a client of `ring` (its descriptors travel beside it).
 inline v1::Hello makeHello(const TestProducer& ring, const std::string& config = jobConfig()) {
   v1::Hello h;
