@@ -3,6 +3,7 @@
 Invoked by bench/run (which builds first). Each row pairs a dumpd figure with its reference:
 memcpy, a raw sequential write, a raw create+write+close loop, an undumped training step,
 `cat` of the files `dumpctl compare` reads, or the same latency without a hostile client.
+`--only recorder` (or any of SECTIONS) runs one part.
 """
 
 import argparse
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder")
 
 
 class Daemon:
@@ -67,12 +69,43 @@ def run_json_lines(cmd, env=None):
     return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
 
 
+def recorder_rows(row, l):
+    """Rows 9 from recorder_bench.py's line (reference None: a figure without one)."""
+    base = l["step_s_none"]
+    for mode, st in l["status_warm"].items():
+        print(f"recorder {mode}: ring_bytes {l['ring_bytes'] >> 20} MiB, steps "
+              f"{l['recorder_steps']}, {l['ring_bytes_per_step'][mode] / 1e6:.1f} MB/step to the "
+              f"ring, kept {st['kept_iterations']} iterations ({st['kept_bytes'] / 1e6:.1f} MB), "
+              f"blocked waits {l['blocked_waits'][mode]}, dropped {l['tensors_dropped'][mode]}, "
+              f"warning: {st['warning'] or '-'}")
+    for mode, target in (("full", "<= 1.10"), ("statistic", "<= 1.05")):
+        row(f"9. AlexNet step, recorder {mode} (steps {l['recorder_steps']}) vs no dump",
+            l[f"step_s_{mode}"], base, l[f"step_s_{mode}"] / base, target, "s/step")
+    row("9. AlexNet step, every iteration written (row 5) vs no dump", l["step_s_every"], base,
+        l["step_s_every"] / base, "(reference)", "s/step")
+    for mode in ("full", "statistic"):
+        mb = l["trigger_bytes"][mode] / 1e6
+        ms = l["trigger_s"][mode] * 1e3
+        row(f"9. trigger -> kept iterations on disk, {mode} ({mb:.3g} MB of files)", ms, None,
+            None, f"(figure) {mb / max(ms, 1e-9):.2f} GB/s", "ms")
+    rss = l["rss_kib"]
+    kept = sum(s["kept_bytes"] for s in l["status_warm"].values())
+    for key in ("RssAnon", "RssShmem"):
+        before, warm = rss["before_job"][key] / 1024, rss["warm"][key] / 1024
+        row(f"9. daemon {key} recording vs before the job (kept {kept / 2**20:.0f} MiB)",
+            warm, before, warm / max(before, 1 / 1024),
+            "growth << kept" if key == "RssAnon" else "(figure: ring pages mapped)", "MiB")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build-release")
     ap.add_argument("--quick", action="store_true", help="shorter runs, noisier figures")
     ap.add_argument("--disk-dir", default=str(ROOT / "bench" / "results" / "scratch"))
+    ap.add_argument("--only", choices=SECTIONS, action="append",
+                    help="run only this part (repeatable); default: all")
     args = ap.parse_args()
+    want = set(args.only or SECTIONS)
     build = ROOT / args.build
     bins = build / "bin"
     quick = ["--quick"] if args.quick else []
@@ -89,10 +122,15 @@ def main():
                      "target": target, "unit": unit})
 
     # Micro-benchmarks (Google Benchmark), reported as absolute figures.
-    micro = subprocess.run([str(bins / "dumpd_micro_bench"), "--benchmark_format=json",
-                            "--benchmark_min_time=0.2" if args.quick else "--benchmark_min_time=0.5"],
-                           capture_output=True, text=True)
-    if micro.returncode != 0:
+    micro = None
+    if "micro" in want:
+        micro = subprocess.run([str(bins / "dumpd_micro_bench"), "--benchmark_format=json",
+                                "--benchmark_min_time=0.2" if args.quick
+                                else "--benchmark_min_time=0.5"],
+                               capture_output=True, text=True)
+    if micro is None:
+        pass
+    elif micro.returncode != 0:
         print(f"warning: dumpd_micro_bench failed ({micro.returncode}): {micro.stderr[-500:]}",
               file=sys.stderr)
         results["micro_error"] = micro.returncode
@@ -103,7 +141,8 @@ def main():
                             for b in json.loads(micro.stdout)["benchmarks"]]
 
     peaks = {}
-    for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)):
+    for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)) if "client" in want \
+            else ():
         Path(base).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=base) as work:
             d = Daemon(str(bins / "dumpd"), work)
@@ -140,7 +179,8 @@ def main():
 
     # Python client and the PyTorch training overhead.
     env = dict(os.environ, PYTHONPATH=str(build / "python"))
-    if (build / "python" / "dumpd" / "__init__.py").exists():
+    has_python = (build / "python" / "dumpd" / "__init__.py").exists()
+    if has_python and "python" in want:
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
             d = Daemon(str(bins / "dumpd"), work)
             try:
@@ -175,7 +215,7 @@ def main():
                 results["training"] = l
     # The benign job's flush and `dumpctl status` while a tight-loop client floods dumpd,
     # against the same without it (the figure the hostile tests no longer bound).
-    if (build / "python" / "dumpd" / "__init__.py").exists():
+    if has_python and "hostile" in want:
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
             lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "hostile_bench.py"),
                                     "--dumpd", str(bins / "dumpd"), "--dumpctl",
@@ -188,10 +228,29 @@ def main():
                         quiet[stat] * 1e3, attack[stat] / quiet[stat],
                         "< 1000 ms" if stat == "max" else "(figure)", "ms")
             results["hostile"] = l
+    # Flight recorder (issue 22): every step recorded, trigger to disk, daemon RSS.
+    if has_python and "recorder" in want:
+        Path(args.disk_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
+            d = Daemon(str(bins / "dumpd"), work)
+            try:
+                lines = run_json_lines(["/usr/bin/python3",
+                                        str(ROOT / "bench" / "recorder_bench.py"),
+                                        "--socket", d.socket, "--dir", work, "--dumpd-pid",
+                                        str(d.proc.pid), "--dumpctl", str(bins / "dumpctl"),
+                                        *quick], env=env)
+            finally:
+                d.stop()
+            peaks["recorder"] = d.peak_anon_kib
+        for l in lines:
+            recorder_rows(row, l)
+            results["recorder"] = l
     # dumpctl compare on two page-cached trees, against cat of the same files.
-    with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
-        lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "compare_bench.py"),
-                                "--dumpctl", str(bins / "dumpctl"), "--dir", work, *quick])
+    lines = []
+    if "compare" in want:
+        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
+            lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "compare_bench.py"),
+                                    "--dumpctl", str(bins / "dumpctl"), "--dir", work, *quick])
     for l in lines:
         gib = l["bytes"] / 2 / (1 << 30)
         row(f"7. dumpctl compare, two {gib:.2g} GiB trees, vs cat", l["compare_bytes_per_s"] / 1e9,
@@ -210,9 +269,14 @@ def main():
     out.write_text(json.dumps(results, indent=2) + "\n")
     width = max(len(r["name"]) for r in rows) if rows else 10
     print(f"\n{'benchmark':<{width}}  {'dumpd':>12}  {'reference':>12}  {'ratio':>7}  target")
+
+    def num(v, width, spec):  # None: a figure without a reference, left blank
+        return " " * width if v is None else format(v, f">{width}{spec}")
+
     for r in rows:
-        print(f"{r['name']:<{width}}  {r['dumpd']:>12.4g}  {r['reference']:>12.4g}  "
-              f"{r['ratio']:>7.3f}  {r['target']}  [{r['unit']}]")
+        print(f"{r['name']:<{width}}  {num(r['dumpd'], 12, '.4g')}  "
+              f"{num(r['reference'], 12, '.4g')}  {num(r['ratio'], 7, '.3f')}  {r['target']}  "
+              f"[{r['unit']}]")
     if "micro" in results:
         print("\nmicro-benchmarks:")
         for b in results["micro"]:
