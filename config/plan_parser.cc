@@ -102,12 +102,23 @@ Result<DumpPlan> PlanParser::run() {
   if (auto s = parseSavedData(common); !s) return s.error();
   if (auto s = parseInitialIteration(common); !s) return s.error();
   checkStatCalcMode();
-  if (auto s = parseStatisticCategory(common); !s) return s.error();
+  // Before statistic_category: a recorder that saves statistics needs the categories even
+  // when the job's own saved_data is "tensor".
   if (auto it = root.find("flight_recorder"); it != root.end()) {
     auto recorder = parseFlightRecorder(*it);
     if (!recorder) return recorder.error();
     plan_.flight_recorder = *recorder;
+    if (plan_.op_debug_mode != 0) {
+      // Overflow mode writes only the tensors that overflowed, of every iteration (4) or the
+      // selected ones (3): a recorder keeping whole iterations beside it has nothing to add
+      // that its own nan/inf triggers do not do better.
+      return invalid("flight_recorder cannot be combined with op_debug_mode " +
+                     std::to_string(plan_.op_debug_mode) +
+                     " (overflow dump): use the recorder's nan/inf triggers, or remove "
+                     "flight_recorder");
+    }
   }
+  if (auto s = parseStatisticCategory(common); !s) return s.error();
   return std::move(plan_);
 }
 

@@ -120,7 +120,10 @@ void PlanParser::checkStatCalcMode() {
 }
 
 Status PlanParser::parseStatisticCategory(const json& common) {
-  if (!plan_.savesStatistics()) return {};  // only read when statistics are saved
+  // Only read when statistics are saved, by the job or by its flight recorder's triggers.
+  const bool recorder_saves =
+      plan_.flight_recorder && plan_.flight_recorder->saved_data != SavedData::kTensor;
+  if (!plan_.savesStatistics() && !recorder_saves) return {};
   auto it = common.find("statistic_category");
   if (it == common.end()) {
     plan_.statistic_category = {StatCategory::kMax, StatCategory::kMin, StatCategory::kL2Norm};

@@ -218,7 +218,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
   largest_record_ = std::max<uint64_t>(largest_record_, r.body_bytes);
   const uint64_t slot = release_.push(r.end, r.sequence, false);
   if (kept) {
-    keepRecord(std::move(task), slot, r.body_bytes);
+    keepRecord(std::move(task), slot, ipc::recordLength(r.body_bytes));
     return true;
   }
   if (recorder_writes) task->saved_data = recorder_->plan().saved_data;
@@ -414,7 +414,7 @@ void RingDrain::completeStep() {
   release_.waitIdle();
   if (recorder_) {
     checkNonFinite(step_iteration_);
-    checkRecorderSizing(step_iteration_);
+    checkRecorderSizing();
   }
   publishSnapshot();
   const bool dumped =

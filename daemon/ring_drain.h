@@ -133,8 +133,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
     return (recorder_ ? recorder_->largestIterationBytes() : 0) +
            2 * (largest_record_ + 2 * ipc::kRecordAlign);
   }
-  // Warns when the ring or max_bytes cannot hold `steps` iterations like the first one.
-  void checkRecorderSizing(uint32_t completed_iteration);
+  // Warns once, after the first recorded step, when the ring or max_bytes cannot hold
+  // `steps` iterations like the largest recorded so far.
+  void checkRecorderSizing();
   bool fail(std::string message);
   // Dump once: the memo a PayloadKind::kSame tensor names (key 0 when malformed), and the
   // checked memo of the tensor `t` repeats (null: counted as failed, with a warning).

@@ -57,7 +57,9 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
   releaseKept(std::move(out));
   // Keep room for the records to come (headroom()), so that the producer neither waits
   // (block) nor drops (drop) for the recorder.
-  while (ring_.capacity() - std::min(ring_.capacity(), ring_.usedBytes()) < headroom()) {
+  // What the drain has read and not released is held behind the oldest kept record (release
+  // is in order); whatever the producer has committed beyond it is already in the headroom.
+  while (ring_.readNotReleased() + headroom() > ring_.capacity()) {
     std::vector<KeptRecord> freed = recorder_->discardForSpace();
     if (freed.empty()) break;
     for (const KeptRecord& r : freed) refused = refused || r.slot == slot;
@@ -163,7 +165,10 @@ void RingDrain::fire(TriggerEvent e) {
     }
   }
   if (e.written.empty() || e.written.back() != e.iteration) e.written.push_back(e.iteration);
-  for (uint32_t i = 1; i <= recorder_->plan().after_steps; ++i) {
+  // After a crash no iteration comes any more.
+  const uint32_t after =
+      e.kind == config::RecorderTrigger::kCrash ? 0 : recorder_->plan().after_steps;
+  for (uint32_t i = 1; i <= after; ++i) {
     if (e.iteration + i < e.iteration) break;  // wraps
     e.written.push_back(e.iteration + i);
   }
@@ -175,21 +180,21 @@ void RingDrain::fire(TriggerEvent e) {
   }
 }
 
-void RingDrain::checkRecorderSizing(uint32_t completed_iteration) {
-  if (recorder_sized_) return;
-  const FlightRecorder::Kept::Iteration* it = recorder_->newest();
-  if (it == nullptr || it->number != completed_iteration || it->items.empty()) return;
+void RingDrain::checkRecorderSizing() {
+  const uint64_t iteration = recorder_->largestIterationBytes();
+  if (recorder_sized_ || iteration == 0) return;
   recorder_sized_ = true;
-  const uint64_t need = recorder_->largestIterationBytes() * recorder_->plan().steps;
+  const uint32_t steps = recorder_->plan().steps;
+  const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
   std::string why;
-  // The drain keeps two of the largest records free for the producer (keepRecord).
-  if (need + headroom() > ring_.capacity()) {
-    why = "the ring (" + std::to_string(ring_.capacity() >> 20) + " MiB) cannot hold " +
-          std::to_string(recorder_->plan().steps) + " iterations of " +
-          std::to_string(it->bytes >> 20) + " MiB; raise ring_bytes";
-  } else if (need > recorder_->plan().max_bytes) {
-    why = "flight_recorder.max_bytes cannot hold " + std::to_string(recorder_->plan().steps) +
-          " iterations of " + std::to_string(it->bytes >> 20) + " MiB";
+  // The drain keeps headroom() free for the producer (keepRecord).
+  if (iteration * steps + headroom() > ring_.capacity()) {
+    why = "the ring (" + mib(ring_.capacity()) + " MiB) cannot hold " + std::to_string(steps) +
+          " iterations of " + mib(iteration) + " MiB and the room the producer needs; raise " +
+          "ring_bytes to " + mib(iteration * steps + headroom()) + " MiB";
+  } else if (iteration * steps > recorder_->plan().max_bytes) {
+    why = "flight_recorder.max_bytes cannot hold " + std::to_string(steps) + " iterations of " +
+          mib(iteration) + " MiB";
   }
   if (why.empty()) return;
   spdlog::warn("session {}: flight recorder: {}", id_, why);

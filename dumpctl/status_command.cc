@@ -113,6 +113,9 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["unused_kernels_total"] = s.unused_kernels_total();
     o["open_directories"] = s.open_directories();
     o["client_dropped_tensors"] = s.client_dropped_tensors();
+    o["selection"] = s.selection();
+    o["selection_changed"] = s.selection_changed();
+    o["paused"] = s.paused();
     if (s.has_recorder()) {
       const v1::RecorderStatus& f = s.recorder();
       o["recorder"] = {{"recording", f.recording()},
@@ -203,6 +206,10 @@ std::string statusToTable(const v1::StatusReply& r) {
       if (!s.last_error().empty()) out << "     last error: " << printable(s.last_error()) << "\n";
       if (!s.stop_reason().empty()) {
         out << "     payloads stopped: " << printable(s.stop_reason()) << "\n";
+      }
+      if (s.selection_changed() || s.paused()) {
+        out << "     selection (changed at runtime): iteration \"" << printable(s.selection())
+            << "\"" << (s.paused() ? ", paused" : "") << "\n";
       }
       if (s.has_recorder()) out << recorderLine(s.recorder());
     }

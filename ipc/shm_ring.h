@@ -171,6 +171,8 @@ class RingConsumer {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t usedBytes() const;  // committed and not yet released
+  // Bytes of records next() has returned that are not released yet (the consumer's thread).
+  uint64_t readNotReleased() const { return read_ - released_.load(std::memory_order_acquire); }
   uint64_t droppedRecords() const;
   uint64_t droppedTensors() const;
 

@@ -140,9 +140,9 @@ TEST_F(SessionCommandTest, RootAndTheOwnerMayTriggerUntilMaxTriggers) {
   CommandOutcome third = trigger(0, byId(1));
   EXPECT_FALSE(third.ok);
   EXPECT_EQ(third.code, v1::Error::FAILED_PRECONDITION);
-  EXPECT_EQ(
-      third.message,
-      "session 1's flight recorder stopped after 2 trigger(s) (flight_recorder.max_triggers)");
+  EXPECT_EQ(third.message,
+            "session 1's flight recorder is not recording (turned off by dumpctl control, or "
+            "stopped after 2 trigger(s): flight_recorder.max_triggers)");
 }
 
 TEST_F(SessionCommandTest, ATriggerNeedsAFlightRecorderTakingManualTriggers) {
