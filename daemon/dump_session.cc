@@ -177,6 +177,11 @@ bool DumpSession::setUp() {
         if (auto s = weak.lock()) s->onRecordsDone();
       });
   drain_->setRuntimeSelection(selection_);
+  drain_->setOnRecorderStopped([weak] {
+    if (auto s = weak.lock()) {
+      asio::post(s->ctx_.io, [s] { s->recorderStopped(); });
+    }
+  });
   refreshFreeBytes();
   State s = State::kSetup;
   state_.compare_exchange_strong(s, State::kActive);
@@ -314,7 +319,8 @@ void DumpSession::requestTrigger(std::string reason) {
   if (ready_.load(std::memory_order_acquire)) drain_->ring().wakeConsumer();
 }
 
-Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32_t uid) {
+Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32_t uid,
+                                         std::string_view reason) {
   if (!ready_.load(std::memory_order_acquire) || state_.load() != State::kActive) {
     return makeError(ErrorCode::kUnavailable, "session " + std::to_string(id_) +
                                                   " is not dumping (still starting, or ending)");
@@ -326,7 +332,7 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32
   }
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  auto next = selection_->change(change, uid, static_cast<uint64_t>(now_us.count()));
+  auto next = selection_->change(change, uid, static_cast<uint64_t>(now_us.count()), reason);
   if (!next) return next.error();
   const Selection& s = next.value();
   v1::Envelope update;
@@ -347,6 +353,14 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32
          (drain_->plan().flight_recorder ? (s.recorder_on ? ", recorder on" : ", recorder off")
                                          : "") +
          " from the client's next step";
+}
+
+void DumpSession::recorderStopped() {
+  v1::ControlChange off;
+  off.set_recorder_on(false);
+  auto done = control(off, static_cast<uint32_t>(::getuid()),
+                      "the flight recorder stopped after max_triggers");
+  if (!done) spdlog::debug("session {}: {}", id_, done.error().message);
 }
 
 void DumpSession::takeOperatorRequests() {

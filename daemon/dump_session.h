@@ -83,7 +83,8 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // dumpctl control (io thread): checks and applies `change` requested by `uid`, sends it to
   // the client (which switches at its next step mark), and queues its journal line. Returns
   // what the operator is told, or why it was refused (the job keeps its selection).
-  Result<std::string> control(const v1::ControlChange& change, uint32_t uid);
+  Result<std::string> control(const v1::ControlChange& change, uint32_t uid,
+                              std::string_view reason = {});
 
   // io thread. False when too many flushes are outstanding (a broken or hostile client).
   bool addFlushWait(uint64_t sequence, uint64_t token);
@@ -125,7 +126,9 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   void onThreadDone();          // io thread
   void refreshFreeBytes();      // session thread
   bool producerExited() const;  // session thread
-  void takeOperatorRequests();  // session thread: dumpctl trigger, control journal lines
+  void takeOperatorRequests();
+  // The flight recorder stopped (max_triggers): the client stops copying what it recorded.
+  void recorderStopped();  // io thread  // session thread: dumpctl trigger, control journal lines
 
   SessionContext ctx_;
   const std::weak_ptr<SessionOwner> owner_;

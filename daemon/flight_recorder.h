@@ -56,6 +56,10 @@ class FlightRecorder {
   bool recording() const {
     return enabled_.load(std::memory_order_relaxed) && recording_.load(std::memory_order_relaxed);
   }
+  // Stopped for good: max_triggers triggers fired.
+  bool exhausted() const { return !recording_.load(std::memory_order_relaxed); }
+  // Whether iterations after `iteration` are still to be written for a trigger.
+  bool writesAfter(uint32_t iteration) const { return window_ && window_->last > iteration; }
   // dumpctl control --recorder on|off.
   void setEnabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   // True for the iterations a trigger writes as they come (the `after_steps` after it, and

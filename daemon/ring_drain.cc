@@ -427,6 +427,13 @@ void RingDrain::completeStep() {
     Status s = writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
     if (!s) warnings_.warn(s.error().message);
   }
+  // Once the last trigger's iterations are written, the client stops copying what nobody
+  // records any more.
+  if (recorder_ && recorder_->exhausted() && !recorder_->writesAfter(step_iteration_) &&
+      !recorder_stop_told_ && on_recorder_stopped_) {
+    recorder_stop_told_ = true;
+    on_recorder_stopped_();
+  }
 }
 
 void RingDrain::publishSnapshot() {

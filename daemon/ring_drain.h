@@ -76,6 +76,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Runtime control: the selections clients name in their step marks (set before the first
   // record is handled).
   void setRuntimeSelection(std::shared_ptr<const RuntimeSelection> s) { selection_ = std::move(s); }
+  // Called (session thread) when the flight recorder stops after max_triggers.
+  void setOnRecorderStopped(std::function<void()> f) { on_recorder_stopped_ = std::move(f); }
   // Journals `line` in .dump_metadata/`name` (session thread); failures become warnings.
   void appendJournal(std::string_view name, const std::string& line);
   // Status (io thread): false when the job has no flight recorder.
@@ -175,6 +177,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::unordered_map<uint64_t, std::shared_ptr<storage::TensorMemo>> memos_;
   std::shared_ptr<const RuntimeSelection> selection_;
   uint64_t applied_generation_ = 0;
+  std::function<void()> on_recorder_stopped_;
+  bool recorder_stop_told_ = false;
   bool paused_ = false;
   // The flight recorder (null: the job has none); its sizing warning is given once.
   std::unique_ptr<FlightRecorder> recorder_;

@@ -20,7 +20,7 @@ RuntimeSelection::RuntimeSelection(Selection initial, bool has_recorder)
 }
 
 Result<Selection> RuntimeSelection::change(const v1::ControlChange& change, uint32_t uid,
-                                           uint64_t time_us) {
+                                           uint64_t time_us, std::string_view reason) {
   std::string iteration;
   if (change.has_iteration()) {
     auto set = config::IterationSet::parse(change.iteration());
@@ -50,6 +50,7 @@ Result<Selection> RuntimeSelection::change(const v1::ControlChange& change, uint
                          {"generation", next.generation},
                          {"old", toJson(old)},
                          {"new", toJson(next)}};
+  if (!reason.empty()) line["reason"] = std::string(reason);
   journal_.push_back(line.dump() + "\n");
   return next;
 }

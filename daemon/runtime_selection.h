@@ -11,6 +11,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/mutex.h"
@@ -33,8 +34,10 @@ class RuntimeSelection {
 
   // Checks and applies `change` requested by `uid`: the new selection, or an error naming the
   // bad value (kInvalidConfig: the message `dumpctl validate` gives for it). Queues a line for
-  // .dump_metadata/control.jsonl (takeJournal()).
-  Result<Selection> change(const v1::ControlChange& change, uint32_t uid, uint64_t time_us);
+  // .dump_metadata/control.jsonl (takeJournal()); `reason`, when given, is journalled too
+  // (a change dumpd makes itself).
+  Result<Selection> change(const v1::ControlChange& change, uint32_t uid, uint64_t time_us,
+                           std::string_view reason = {});
   // The selection of a generation a client applied (the last kMaxKept are kept).
   std::optional<Selection> find(uint64_t generation) const;
   Selection current() const;

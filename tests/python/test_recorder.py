@@ -170,6 +170,35 @@ def test_manual_trigger_from_code_is_on_disk_after_flush(daemon: Daemon, tmp_pat
     assert (t["kind"], t["reason"], t["iteration"]) == ("manual", "looked wrong", 5)
 
 
+def test_the_client_stops_copying_after_max_triggers(daemon: Daemon, tmp_path: Path) -> None:
+    config = recorder_config(tmp_path, steps=2)  # max_triggers 1, after_steps 1
+    client = dumpd.Client(str(config), socket=daemon.socket)
+    x = np.empty(64, dtype=np.float32)
+    y = np.empty(64, dtype=np.float32)
+
+    copied = []
+    for step in range(10):
+        client.set_step(step)
+        copied.append(client.dump_op("Mul", "Default/Mul-op0", inputs=[x], outputs=[y]))
+        if step == 5:
+            client.trigger("once")
+        if step == 7:
+            # Step 6 (after_steps) is done: dumpd has told the client to stop recording; it
+            # applies that at its next step mark.
+            client.flush()
+    stats = client.stats()
+    client.close()
+    root = tmp_path / "dump"
+    assert iterations(root) == [4, 5, 6]
+    # Steps 0-7 were copied (2 tensors each), 8 and 9 no longer.
+    assert copied == [True] * 8 + [False] * 2
+    assert stats["tensors_committed"] == 8 * 2, stats
+    [line] = (root / "rank_0/.dump_metadata/control.jsonl").read_text().splitlines()
+    change = json.loads(line)
+    assert change["new"]["recorder_on"] is False
+    assert change["reason"] == "the flight recorder stopped after max_triggers"
+
+
 def test_loss_spike_nan_loss_and_max_triggers(daemon: Daemon, tmp_path: Path) -> None:
     config = recorder_config(tmp_path, steps=1, after_steps=0, max_triggers=2,
                              loss_spike={"window": 5, "factor": 3.0})
