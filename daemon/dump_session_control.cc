@@ -1,0 +1,110 @@
+// DumpSession: what an operator asks of a live session (dumpctl trigger and control, see
+// daemon/session_command.h), and the flight recorder telling the client it stopped.
+// The io-thread side checks and posts; the session thread takes the requests in its loop.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "daemon/dump_session.h"
+#include "daemon/log_escape.h"
+
+namespace dumpd::daemon {
+
+std::string DumpSession::netName() const {
+  auto info = info_.load();
+  return info ? info->net_name : std::string();
+}
+
+std::string DumpSession::triggerRefusal() const {
+  const std::string name = "session " + std::to_string(id_);
+  if (!ready_.load(std::memory_order_acquire) || state_.load() != State::kActive) {
+    return name + " is not dumping (still starting, or ending)";
+  }
+  const auto& recorder = drain_->plan().flight_recorder;
+  if (!recorder) return name + " has no flight recorder (the job config's flight_recorder)";
+  if (!recorder->has(config::RecorderTrigger::kManual)) {
+    return name + "'s flight recorder does not take manual triggers (flight_recorder.triggers)";
+  }
+  v1::RecorderStatus st;
+  drain_->fillRecorderStatus(&st);
+  if (!st.recording()) {
+    return name + "'s flight recorder is not recording (turned off by dumpctl control, or " +
+           "stopped after " + std::to_string(st.triggers()) +
+           " trigger(s): flight_recorder.max_triggers)";
+  }
+  return {};
+}
+
+void DumpSession::requestTrigger(std::string reason) {
+  {
+    MutexLock lock(&trigger_mu_);
+    trigger_reason_ = std::move(reason);
+    trigger_requested_ = true;
+  }
+  operator_pending_.store(true, std::memory_order_release);
+  if (ready_.load(std::memory_order_acquire)) drain_->ring().wakeConsumer();
+}
+
+Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32_t uid,
+                                         std::string_view reason) {
+  if (!ready_.load(std::memory_order_acquire) || state_.load() != State::kActive) {
+    return makeError(ErrorCode::kUnavailable, "session " + std::to_string(id_) +
+                                                  " is not dumping (still starting, or ending)");
+  }
+  if (change.has_iteration() && drain_->plan().op_debug_mode == 4) {
+    return makeError(ErrorCode::kInvalidConfig,
+                     "session " + std::to_string(id_) +
+                         " dumps every iteration (op_debug_mode 4): its iteration cannot change");
+  }
+  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  auto next = selection_->change(change, uid, static_cast<uint64_t>(now_us.count()), reason);
+  if (!next) return next.error();
+  const Selection& s = next.value();
+  v1::Envelope update;
+  v1::SelectionUpdate* u = update.mutable_selection_update();
+  u->set_generation(s.generation);
+  u->set_iteration(s.iteration);
+  u->set_paused(s.paused);
+  u->set_recorder_on(s.recorder_on);
+  if (auto o = owner_.lock()) o->send(update);
+  // The session thread journals it (control.jsonl): no file I/O here.
+  operator_pending_.store(true, std::memory_order_release);
+  drain_->ring().wakeConsumer();
+  spdlog::info("session {}: uid {} changed the selection (generation {}): iteration \"{}\"{}{}",
+               id_, uid, s.generation, escapeForLog(s.iteration), s.paused ? ", paused" : "",
+               s.recorder_on ? "" : ", recorder off");
+  return "session " + std::to_string(id_) + ": iteration \"" + s.iteration + "\"" +
+         (s.paused ? ", paused" : "") +
+         (drain_->plan().flight_recorder ? (s.recorder_on ? ", recorder on" : ", recorder off")
+                                         : "") +
+         " from the client's next step";
+}
+
+void DumpSession::recorderStopped() {
+  v1::ControlChange off;
+  off.set_recorder_on(false);
+  auto done = control(off, static_cast<uint32_t>(::getuid()),
+                      "the flight recorder stopped after max_triggers");
+  if (!done) spdlog::debug("session {}: {}", id_, done.error().message);
+}
+
+void DumpSession::takeOperatorRequests() {
+  // Cleared first: a request made while this runs sets it again and is taken next time.
+  if (!operator_pending_.exchange(false, std::memory_order_acq_rel)) return;
+  for (const std::string& line : selection_->takeJournal()) {
+    drain_->appendJournal("control.jsonl", line);
+  }
+  std::string reason;
+  bool fire = false;
+  {
+    MutexLock lock(&trigger_mu_);
+    fire = trigger_requested_;
+    trigger_requested_ = false;
+    reason = std::move(trigger_reason_);
+  }
+  if (fire) drain_->triggerManually(std::move(reason));
+}
+
+}  // namespace dumpd::daemon
