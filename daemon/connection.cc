@@ -180,6 +180,7 @@ void Connection::onFrame(v1::Envelope& env) {
     case v1::Envelope::kGoodbye:
       // The client waits for the close: by then the session's last manifest line is written.
       closing_ = true;
+      if (session_) session_->noteGoodbye();
       if (session_ && !session_->finished()) {
         stopSession();
       } else if (!writing_) {
@@ -302,6 +303,7 @@ void Connection::flushNonBlocking() {
 
 void Connection::shutdown(TimePoint deadline) {
   if (session_ && !session_->finished()) {
+    session_->noteShutdown();
     session_->requestStop(deadline);
     return;
   }

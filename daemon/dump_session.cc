@@ -95,7 +95,9 @@ void DumpSession::run() {
   if (setUp()) {
     drainLoop();
     takeOperatorRequests();  // journal lines and a trigger that came at the very end
-    drain_->finish(producer_lost_.load() || producerExited());
+    const bool shutdown = shutdown_.load();
+    const bool lost = producer_lost_.load() || (producerExited() && !goodbye_.load());
+    drain_->finish(/*producer_lost=*/lost && !shutdown, /*may_fire=*/!shutdown);
     const DrainCounters& c = drain_->counters();
     spdlog::info("session {}: closed; {} tensors written ({} bytes), {} dropped, {} write errors",
                  id_, c.tensors_written.load(), c.bytes_written.load(),

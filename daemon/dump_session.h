@@ -77,6 +77,11 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // The client's connection ended without a Goodbye (it was killed or crashed): the flight
   // recorder's "crash" trigger applies. Any thread; call before requestStop().
   void noteProducerLost() { producer_lost_.store(true); }
+  // The client said Goodbye: however it exits afterwards, it was not lost.
+  void noteGoodbye() { goodbye_.store(true); }
+  // dumpd is shutting down (SIGTERM): the session ends by the deadline, so the flight
+  // recorder writes nothing more (no trigger fires at the end).
+  void noteShutdown() { shutdown_.store(true); }
   // A manual flight recorder trigger (dumpctl trigger): the session thread fires it soon.
   // Any thread.
   void requestTrigger(std::string reason);
@@ -156,6 +161,8 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   std::atomic<bool> have_free_bytes_{false};
   std::atomic<uint32_t> flush_waiting_{0};
   std::atomic<bool> producer_lost_{false};
+  std::atomic<bool> goodbye_{false};
+  std::atomic<bool> shutdown_{false};
   std::atomic<bool> operator_pending_{false};
   Mutex trigger_mu_;
   std::string trigger_reason_ GUARDED_BY(trigger_mu_);

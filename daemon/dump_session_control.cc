@@ -57,6 +57,11 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32
                      "session " + std::to_string(id_) +
                          " dumps every iteration (op_debug_mode 4): its iteration cannot change");
   }
+  if (change.has_recorder_on() && change.recorder_on() && drain_->recorderExhausted()) {
+    return makeError(ErrorCode::kUnavailable,
+                     "session " + std::to_string(id_) + "'s flight recorder stopped after " +
+                         "flight_recorder.max_triggers triggers; it cannot record again");
+  }
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::system_clock::now().time_since_epoch());
   auto next = selection_->change(change, uid, static_cast<uint64_t>(now_us.count()), reason);

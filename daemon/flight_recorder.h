@@ -48,6 +48,9 @@ struct TriggerEvent {
 class FlightRecorder {
  public:
   using Kept = KeptIterations<KeptRecord>;
+  // Records kept at most per session: each holds a decoded descriptor in daemon memory
+  // (keep() is given its ring bytes plus that memory, so max_bytes bounds both).
+  static constexpr uint64_t kMaxKeptRecords = uint64_t{1} << 18;
 
   explicit FlightRecorder(config::FlightRecorderPlan plan);
 

@@ -11,6 +11,7 @@
 // Thread-safety: none; the session thread owns it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -29,7 +30,9 @@ class KeptIterations {
     bool whole = true;  // no record of it was discarded
   };
 
-  KeptIterations(uint32_t steps, uint64_t max_bytes) : steps_(steps), max_bytes_(max_bytes) {}
+  // `max_records`: records kept at most, whatever their bytes (each costs daemon memory).
+  KeptIterations(uint32_t steps, uint64_t max_bytes, uint64_t max_records = UINT64_MAX)
+      : steps_(steps), max_bytes_(max_bytes), max_records_(max_records) {}
 
   // Keeps `item` (`bytes` of ring) of iteration `number`. Returns the items discarded to make
   // room, oldest first (`item` itself when the current iteration alone does not fit).
@@ -39,9 +42,10 @@ class KeptIterations {
       kept_.push_back(Iteration{number, {}, 0, true});
       while (kept_.size() > steps_) discardFront(out);
     }
-    while (bytes_ + bytes > max_bytes_ && kept_.size() > 1) discardFront(out);
+    const auto full = [&] { return bytes_ + bytes > max_bytes_ || records_ + 1 > max_records_; };
+    while (full() && kept_.size() > 1) discardFront(out);
     Iteration& current = kept_.back();
-    if (bytes_ + bytes > max_bytes_) {
+    if (full()) {
       if (current.whole) ++not_whole_;
       current.whole = false;
       out.push_back(std::move(item));
@@ -50,6 +54,7 @@ class KeptIterations {
     current.items.push_back(std::move(item));
     current.bytes += bytes;
     bytes_ += bytes;
+    ++records_;
     return out;
   }
 
@@ -68,6 +73,7 @@ class KeptIterations {
     if (kept_.empty() || kept_.back().items.empty()) return out;
     Iteration& back = kept_.back();
     for (Item& i : back.items) out.push_back(std::move(i));
+    records_ -= back.items.size();
     back.items.clear();
     bytes_ -= back.bytes;
     back.bytes = 0;
@@ -85,6 +91,7 @@ class KeptIterations {
                                std::make_move_iterator(kept_.end()));
     kept_.clear();
     bytes_ = 0;
+    records_ = 0;
     return out;
   }
 
@@ -97,14 +104,17 @@ class KeptIterations {
   void discardFront(std::vector<Item>& out) {
     Iteration& front = kept_.front();
     for (Item& i : front.items) out.push_back(std::move(i));
+    records_ -= front.items.size();
     bytes_ -= front.bytes;
     kept_.pop_front();
   }
 
   const uint32_t steps_;
   const uint64_t max_bytes_;
+  const uint64_t max_records_;
   std::deque<Iteration> kept_;
   uint64_t bytes_ = 0;
+  uint64_t records_ = 0;
   uint64_t not_whole_ = 0;
 };
 

@@ -188,7 +188,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     v.format = op.format(t);
     v.timestamp_us = t.timestamp_us;
     if (repeat) {
-      std::shared_ptr<storage::TensorMemo> source = repeatedTensor(r.sequence, op, t, same);
+      std::shared_ptr<storage::TensorMemo> source = repeatedTensor(r.sequence, op, t, same, kept);
       if (source == nullptr) continue;  // counted as failed, with a warning
       v.same_as = source.get();
       task->memos.push_back(std::move(source));
@@ -204,6 +204,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
       auto memo = std::make_shared<storage::TensorMemo>(
           op.graph_id, op.iteration, dtype, std::vector<int64_t>(v.shape.begin(), v.shape.end()));
       memos_.emplace(memoKey(r.sequence, index), memo);
+      if (kept) kept_memos_.insert(memo.get());
       v.memo = memo.get();
       task->memos.push_back(std::move(memo));
     }
@@ -274,9 +275,18 @@ uint64_t RingDrain::sameKey(const ipc::SamePayload& same) {
 std::shared_ptr<storage::TensorMemo> RingDrain::repeatedTensor(uint64_t sequence,
                                                                const ipc::DecodedOp& op,
                                                                const ipc::DecodedTensor& t,
-                                                               const ipc::SamePayload& same) {
+                                                               const ipc::SamePayload& same,
+                                                               bool kept) {
   auto it = memos_.find(sameKey(same));
   std::shared_ptr<storage::TensorMemo> m = it == memos_.end() ? nullptr : it->second;
+  if (m != nullptr && !kept && kept_memos_.contains(m.get()) && !m->published()) {
+    // Its source waits in the ring for a trigger: a writer would wait for it without end.
+    counters_.tensors_failed.fetch_add(1, std::memory_order_relaxed);
+    warnings_.warn("record " + std::to_string(sequence) + ": a tensor of " +
+                   std::string(op.opName()) +
+                   " repeats a tensor the flight recorder keeps unwritten; it is not written");
+    return nullptr;
+  }
   const auto shape = op.shape(t);
   if (m != nullptr && m->graphId() == op.graph_id && m->iteration() == op.iteration &&
       m->dtype() == static_cast<DType>(t.dtype) &&
@@ -310,6 +320,9 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       const uint32_t g = ctl.step().graph_id();
       const uint32_t i = ctl.step().iteration();
       if (have_step_ && (g != step_graph_ || i != step_iteration_)) completeStep();
+      // Every step mark ends what a repeat may refer to, as the client's table ends there.
+      memos_.clear();
+      kept_memos_.clear();
       // From this step on, the selection the client applied (it switched at this mark).
       if (ctl.step().selection_generation() != applied_generation_) {
         applySelection(ctl.step().selection_generation());
@@ -333,7 +346,9 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
     }
     case v1::Control::kKernelArgs: {
       const v1::KernelArgs& k = ctl.kernel_args();
-      if (plan_.save_kernel_args && filter_.deviceSelected(device_) && selected(k.iteration()) &&
+      const bool written =
+          selected(k.iteration()) || (recorder_ && recorder_->writes(k.iteration()));
+      if (plan_.save_kernel_args && filter_.deviceSelected(device_) && written &&
           filter_.opSelected(k.op_name())) {
         std::vector<std::pair<std::string, std::string>> args(k.args().begin(), k.args().end());
         std::sort(args.begin(), args.end());
@@ -411,6 +426,7 @@ void RingDrain::appendJournal(std::string_view name, const std::string& line) {
 
 void RingDrain::completeStep() {
   memos_.clear();  // a new step repeats nothing of the last one
+  kept_memos_.clear();
   release_.waitIdle();
   if (recorder_) {
     checkNonFinite(step_iteration_);
@@ -450,9 +466,9 @@ void RingDrain::publishSnapshot() {
   snapshot_.store(std::move(snap));
 }
 
-void RingDrain::finish(bool producer_lost) {
+void RingDrain::finish(bool producer_lost, bool may_fire) {
   release_.waitIdle();
-  if (recorder_) {
+  if (recorder_ && may_fire) {
     checkNonFinite(step_iteration_);
     if (producer_lost && recorder_->accepts(config::RecorderTrigger::kCrash) &&
         recorder_->keptIterations() != 0) {
@@ -462,8 +478,8 @@ void RingDrain::finish(bool producer_lost) {
       e.reason = "the client went away without closing the session";
       fire(std::move(e));
     }
-    releaseKept(recorder_->releaseAll());
   }
+  if (recorder_) releaseKept(recorder_->releaseAll());
   const bool step_written =
       selected(step_iteration_) || (recorder_ && recorder_->writes(step_iteration_));
   if (have_step_ && (step_written || writer_->listsEveryIteration())) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/mutex.h"
@@ -65,9 +66,12 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Waits for every record in flight, completes the open iterations, logs the unused kernels.
   // `producer_lost`: the client went away without closing the session (killed, crashed):
   // the flight recorder's "crash" trigger writes what it keeps first.
-  void finish(bool producer_lost = false);
+  // `may_fire` false (dumpd is shutting down): no trigger fires; what is kept is released.
+  void finish(bool producer_lost = false, bool may_fire = true);
   // Flight recorder (session thread). Whether it keeps records the ring needs for a producer
   // that waits for space (the drain loop then asks to be woken for that, and frees them).
+  // The flight recorder stopped for good (max_triggers). Any thread.
+  bool recorderExhausted() const { return recorder_ && recorder_->exhausted(); }
   bool recorderHoldsSpace() const { return recorder_ && recorder_->keptBytes() != 0; }
   // Releases kept records for a producer waiting for space; false when there were none.
   bool freeRecorderSpace();
@@ -145,7 +149,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // `same`: t's payload, as copied out of the ring once.
   std::shared_ptr<storage::TensorMemo> repeatedTensor(uint64_t sequence, const ipc::DecodedOp& op,
                                                       const ipc::DecodedTensor& t,
-                                                      const ipc::SamePayload& same);
+                                                      const ipc::SamePayload& same, bool kept);
   // Dropped tensors reported by the client since the last manifest line (never negative).
   uint64_t takeClientDropped();
 
@@ -175,6 +179,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint64_t client_dropped_reported_ = 0;
   // Dump once: the memos of this step's flagged tensors, by memoKey(sequence, tensor index).
   std::unordered_map<uint64_t, std::shared_ptr<storage::TensorMemo>> memos_;
+  // Of those, the memos of records the flight recorder keeps (unwritten until a trigger).
+  std::unordered_set<const storage::TensorMemo*> kept_memos_;
   std::shared_ptr<const RuntimeSelection> selection_;
   uint64_t applied_generation_ = 0;
   std::function<void()> on_recorder_stopped_;

@@ -51,8 +51,10 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
   release_.hold(slot);
   const uint32_t iteration = task->op.iteration;
   std::shared_ptr<OpTask> to_check = recorder_->checksValues() ? task : nullptr;
-  std::vector<KeptRecord> out =
-      recorder_->keep(iteration, KeptRecord{std::move(task), slot}, ring_bytes);
+  // What keeping it costs: its ring bytes and the daemon memory of its decoded descriptor.
+  const uint64_t cost = ring_bytes + sizeof(OpTask) + sizeof(KeptRecord) + 256 +
+                        task->views.size() * (sizeof(storage::TensorView) + 64);
+  std::vector<KeptRecord> out = recorder_->keep(iteration, KeptRecord{std::move(task), slot}, cost);
   bool refused = !out.empty() && out.back().slot == slot;  // it did not fit
   releaseKept(std::move(out));
   // Keep room for the records to come (headroom()), so that the producer neither waits
@@ -146,12 +148,16 @@ void RingDrain::fire(TriggerEvent e) {
   // Checks of kept records must be done before they are written.
   waitChecks();
   std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
+  kept_memos_.clear();  // all of them are written now, in order
   const config::SavedData saved = recorder_->plan().saved_data;
   std::set<std::pair<uint32_t, uint32_t>> to_complete;  // (graph, iteration)
   for (FlightRecorder::Kept::Iteration& it : kept) {
     for (KeptRecord& r : it.items) {
       r.task->saved_data = saved;
-      if (it.number != e.iteration) to_complete.emplace(r.task->op.graph_id, it.number);
+      // The step the trigger fired during completes at its own end (completeStep).
+      if (it.number != e.iteration || r.task->op.graph_id != step_graph_) {
+        to_complete.emplace(r.task->op.graph_id, it.number);
+      }
       release_.write(r.slot);
       submitWrite(std::move(r.task), r.slot);
     }

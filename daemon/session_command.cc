@@ -36,9 +36,24 @@ CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>
     return refuse(v1::Error::PROTOCOL,
                   "name the session one way: its id, --pid, or --rank with --job");
   }
+  // A user sees only their own sessions (as in status): another user's session neither
+  // matches nor makes a name ambiguous. Root sees all.
   std::vector<std::shared_ptr<DumpSession>> found;
+  size_t others = 0;
   for (const auto& s : live) {
-    if (matches(*s, sel)) found.push_back(s);
+    if (!matches(*s, sel)) continue;
+    if (requester.uid == 0 || s->peer().uid == requester.uid) {
+      found.push_back(s);
+    } else {
+      ++others;
+    }
+  }
+  if (found.empty() && others != 0) {
+    spdlog::warn("refused a command from uid {} (pid {}) on {} of another user", requester.uid,
+                 requester.pid, describe(sel));
+    return refuse(v1::Error::PERMISSION_DENIED,
+                  "the " + describe(sel) + " is not yours (uid " + std::to_string(requester.uid) +
+                      "); only the session's own uid or root may control it");
   }
   if (found.empty()) return refuse(v1::Error::NOT_FOUND, "no live " + describe(sel));
   if (found.size() > 1) {
@@ -47,14 +62,6 @@ CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>
                                             " live sessions match; name it by id");
   }
   DumpSession& session = *found.front();
-  if (requester.uid != 0 && requester.uid != session.peer().uid) {
-    spdlog::warn("refused a command from uid {} (pid {}) on session {} of uid {}", requester.uid,
-                 requester.pid, session.id(), session.peer().uid);
-    return refuse(v1::Error::PERMISSION_DENIED, "session " + std::to_string(session.id()) +
-                                                    " belongs to uid " +
-                                                    std::to_string(session.peer().uid) +
-                                                    "; only that uid or root may control it");
-  }
   CommandOutcome o;
   o.session_id = session.id();
   switch (cmd.action_case()) {

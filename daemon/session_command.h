@@ -19,7 +19,9 @@ struct CommandOutcome {
   uint64_t session_id = 0;
 };
 
-// Only the session's own uid or root may act on it; a refusal is logged with both uids.
+// Only the session's own uid or root may act on it: other users' sessions are invisible to a
+// caller (they neither match nor make a name ambiguous); a name that only they match is
+// refused as PERMISSION_DENIED and logged.
 CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>& live,
                                  const PeerIdentity& requester, const v1::SessionCommand& cmd);
 

@@ -121,7 +121,9 @@ TEST_F(SessionCommandTest, AnotherUidIsRefusedNamingTheOwnersUid) {
   CommandOutcome o = trigger(1001, byId(s->id()));
   EXPECT_FALSE(o.ok);
   EXPECT_EQ(o.code, v1::Error::PERMISSION_DENIED);
-  EXPECT_EQ(o.message, "session 1 belongs to uid 1000; only that uid or root may control it");
+  EXPECT_EQ(o.message,
+            "the session 1 is not yours (uid 1001); only the session's own uid or root may "
+            "control it");
   EXPECT_EQ(triggers(*s), 0u);
 }
 

@@ -377,7 +377,7 @@ def test_dumpctl_trigger_only_for_the_owner_or_root(tmp_path: Path) -> None:
         run_steps(client, 8, x, y, each=at)
         client.close()
         other, bad, root = outcome["other"], outcome["bad"], outcome["root"]
-        assert other.returncode == 1 and "belongs to uid 0" in other.stderr, other.stderr
+        assert other.returncode == 1 and "is not yours (uid 4321)" in other.stderr, other.stderr
         assert "refused a command from uid 4321" in d.log_text()
         assert bad.returncode == 1 and "no live session of rank 0 of job NoSuchNet" in \
             bad.stderr, bad.stderr

@@ -181,7 +181,7 @@ def test_only_the_owner_or_root_may_control(tmp_path: Path) -> None:
         run(client, 4, at)
         client.close()
         assert refused[0].returncode == 1
-        assert "only that uid or root may control it" in refused[0].stderr
+        assert "only the session's own uid or root may control it" in refused[0].stderr
         assert "refused a command from uid 4321" in d.log_text()
         assert written(tmp_path / "dump") == [0, 1, 2, 3]
     finally:
