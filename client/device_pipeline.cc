@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "base/thread_name.h"
 #include "ipc/ring_format.h"
 
 namespace dumpd::client {
@@ -73,8 +74,14 @@ DevicePipeline::DevicePipeline(std::shared_ptr<DeviceApi> api, ipc::RingProducer
       ring_(ring),
       staging_bytes_(staging_bytes),
       max_issued_bytes_(maxIssuedBytes()) {
-  completion_ = std::thread([this] { completionLoop(); });
-  issuer_ = std::thread([this] { issuerLoop(); });
+  completion_ = std::thread([this] {
+    setThreadName("dumpd-complete");
+    completionLoop();
+  });
+  issuer_ = std::thread([this] {
+    setThreadName("dumpd-issuer");
+    issuerLoop();
+  });
 }
 
 DevicePipeline::~DevicePipeline() {

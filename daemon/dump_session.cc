@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "base/saturating.h"
+#include "base/thread_name.h"
 
 #include <spdlog/spdlog.h>
 
@@ -87,6 +88,7 @@ void DumpSession::requestStop(TimePoint deadline) {
 // ------------------------------------------------------------------ session thread
 
 void DumpSession::run() {
+  setThreadName("dumpd-session");
   // Set-up too: compiling a hostile job config's patterns then only takes idle CPU time.
   applyWorkerPriority(ctx_.settings.workers_idle_priority);
   if (peer_.pid > 0) {

@@ -18,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include "base/thread_name.h"
 #include "daemon/connection.h"
 #include "daemon/log_escape.h"
 #include "ipc/socket_io.h"
@@ -44,7 +45,10 @@ Server::Server(asio::io_context& io, DaemonSettings settings, std::string socket
       // One session may hold at most a quarter of the write queue.
       pool_(std::make_unique<storage::WriterPool>(
           settings_.writer_threads, settings_.write_queue_bytes,
-          [idle = settings_.workers_idle_priority] { applyWorkerPriority(idle); },
+          [idle = settings_.workers_idle_priority] {
+            setThreadName("dumpd-writer");
+            applyWorkerPriority(idle);
+          },
           std::max<uint64_t>(settings_.write_queue_bytes / 4, 1))),
       started_(env_.clock->now()),
       give_up_timer_(env_.clock->makeTimer(io)),

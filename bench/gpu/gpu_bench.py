@@ -208,11 +208,15 @@ class Daemon:
         self.proc.wait(timeout=300)
 
 
-def job_config(root, saved_data, iteration):
+NOTHING = "100000"  # an iteration the benchmark never reaches: the recorder keeps every step
+
+
+def job_config(root, saved_data, iteration, recorder=None):
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     path = root.parent / f"{root.name}.json"
-    path.write_text(json.dumps({
+    extra = {"flight_recorder": recorder} if recorder else {}
+    path.write_text(json.dumps({**extra,
         "common_dump_settings": {"dump_mode": 0, "path": str(root), "net_name": "Net",
                                  "iteration": iteration, "saved_data": saved_data,
                                  "input_output": 0, "kernels": [],
@@ -221,9 +225,10 @@ def job_config(root, saved_data, iteration):
     return path
 
 
-def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring, staging):
+def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring, staging,
+               recorder=None):
     """Times `steps` steps with dumpd hooks; returns (step times, bytes per dumped step)."""
-    cfg = job_config(root, saved_data, iteration)
+    cfg = job_config(root, saved_data, iteration, recorder)
     times, dumped = [], []
     with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=ring,
                       device_staging_bytes=staging) as c:
@@ -268,6 +273,37 @@ def sync_cpu_run(model, step, root):
     return t
 
 
+def profile_step(daemon, model, step, root):
+    """The host cost of one step dumping every op's statistics (no bytes cross), under
+    cProfile: where the producer thread's time goes per tensor (issue 23)."""
+    import cProfile
+    import io
+    import pstats
+    cfg = job_config(root, "statistic", "all")
+    with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=GiB,
+                      device_staging_bytes=GiB) as c:
+        h = dumpd.torch.attach(model, c)
+        for i in range(3):
+            c.set_step(i)
+            timed(step)
+        before = c.stats()["tensors_committed"]
+        c.set_step(3)
+        prof = cProfile.Profile()
+        prof.enable()
+        t = timed(step)
+        prof.disable()
+        h.remove()
+        c.flush()
+        stats = c.stats()
+    shutil.rmtree(root, ignore_errors=True)
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
+    print(text.getvalue(), flush=True)
+    tensors = stats["tensors_committed"] - before
+    print(f"profiled step: {t*1e3:.1f} ms under cProfile, {tensors} tensors", flush=True)
+    return {"step_s_under_cprofile": t, "tensors": tensors, "top": text.getvalue()}
+
+
 def bench(name, daemon, d2d, d2h, root, steps):
     model, step, title = make_workload(name)
     for _ in range(5):
@@ -310,6 +346,19 @@ def bench(name, daemon, d2d, d2h, root, steps):
     print(f"[{name}] every iteration: {med*1e3:.1f} ms = {med/floor:.2f}x the D2H floor "
           f"({floor*1e3:.1f} ms)", flush=True)
 
+    # The flight recorder always on (issue 22): nothing selected, every step kept, steps 2.
+    for mode, ring in (("statistic", GiB), ("full", 16 * GiB)):
+        times, dumped, drain, counts = dumped_run(
+            daemon, model, step, root, saved_data=mode, iteration=NOTHING, steps=steps,
+            ring=ring, staging=GiB, recorder={"steps": 2, "saved_data": mode})
+        med = statistics.median(times[2:])
+        out[f"recorder_{mode}"] = {"step_s": med, "ratio": med / undumped,
+                                   "ring_bytes_per_step": dumped[-1],
+                                   "tensors_written": counts["tensors_written"]}
+        print(f"[{name}] recorder {mode}, steps 2: {med*1e3:.1f} ms ({med/undumped:.2f}x), "
+              f"{dumped[-1]/1e9:.3f} GB/step to the ring", flush=True)
+
+    out["profile"] = profile_step(daemon, model, step, root)
     t = sync_cpu_run(model, step, root)
     out["sync_cpu_np_save"] = {"step_s": t, "ratio": t / undumped}
     print(f"[{name}] sync .cpu()+np.save: {t*1e3:.0f} ms ({t/undumped:.1f}x)", flush=True)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Everything measured on the lent GPU machine in one call (docs/performance.md): tests/gpu,
+# the node-scale write path, the host's memory bandwidth, and bench/gpu. Run from a kit made
+# by bench/gpu/make_kit (build here, run there); results go to $OUT.
+#   NODE_ARGS overrides node_bench.py's arguments; SKIP="tests gpu" skips parts.
+set -uo pipefail
+cd "$(dirname "$0")"
+export DUMPD_BIN=$PWD/bin/dumpd DUMPCTL_BIN=$PWD/bin/dumpctl PYTHONPATH=$PWD/python
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/dumpd-device-out}
+mkdir -p "$OUT"
+skip() { [[ " ${SKIP:-} " == *" $1 "* ]]; }
+{ nvidia-smi -L; nproc; free -g; df -h /dev/shm; git_commit=$(cat COMMIT 2>/dev/null);
+  echo "commit ${git_commit:-unknown}"; } 2>&1 | tee "$OUT/machine.txt"
+if ! skip tests; then
+  timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests.log"
+fi
+if ! skip node; then
+  # shellcheck disable=SC2086
+  timeout 240 python3 bench/node_bench.py --dumpd "$DUMPD_BIN" --fs tmpfs=/dev/shm \
+    ${NODE_ARGS:---ranks 1,8,16 --sizes 16M,4K --writers 2,16} >"$OUT/node.jsonl" \
+    2> >(tee "$OUT/node.log" >&2)
+fi
+if ! skip memory; then
+  timeout 60 python3 bench/gpu/host_memory.py | tee "$OUT/host_memory.jsonl"
+fi
+if ! skip gpu; then
+  timeout 400 python3 bench/gpu/gpu_bench.py --out "$OUT/gpu_bench.json" --steps 6 2>&1 |
+    tee "$OUT/gpu_bench.log"
+fi
