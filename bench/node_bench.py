@@ -137,9 +137,10 @@ def run_together(cmds, cwd=None, env=None, on_start=None):
 
 
 class Daemon:
-    def __init__(self, binary, workdir, writers):
+    def __init__(self, binary, workdir, writers, extra):
         self.socket = str(Path(workdir) / "d.sock")
         settings = {"min_free_bytes": 0, "log_level": "warn", "max_ring_bytes": 1 << 30}
+        settings.update(extra)
         if writers:
             settings["writer_threads"] = writers
         conf = Path(workdir) / "dumpd.json"
@@ -197,6 +198,7 @@ def one(args, daemon, raw_writer, fs, fs_dir, size, n):
     return {
         "bench": "node", "fs": fs, "tensor_bytes": size, "ranks": n, "files": files,
         "bytes": total, "writers": args.writers_now or "default",
+        "daemon_settings": json.loads(args.daemon_settings),
         "dumpd_s": dumpd_s, "raw_s": raw_s,
         "dumpd_gbps": total / dumpd_s / 1e9, "raw_gbps": total / raw_s / 1e9,
         "dumpd_files_per_s": files / dumpd_s, "raw_files_per_s": files / raw_s,
@@ -234,6 +236,8 @@ def main():
                     help="name=directory pairs to write into")
     ap.add_argument("--writers", default="",
                     help="comma-separated writer_threads settings (default: the daemon's)")
+    ap.add_argument("--daemon-settings", default="{}",
+                    help="more daemon settings, as JSON (e.g. '{\"write_queue_bytes\": 1e9}')")
     ap.add_argument("--rank-bytes", default="512M", help="bytes each rank writes per run")
     ap.add_argument("--max-small-files", type=int, default=20000,
                     help="files per rank at most, for tensors of 64 KiB and less")
@@ -247,7 +251,7 @@ def main():
         raw_writer = args.raw_writer or build_raw_writer(tmp)
         for w in writers:
             args.writers_now = w
-            daemon = Daemon(args.dumpd, tmp, w)
+            daemon = Daemon(args.dumpd, tmp, w, json.loads(args.daemon_settings))
             try:
                 for fs, fs_dir in targets:
                     for size in sizes:

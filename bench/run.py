@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder")
+SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node")
 
 
 class Daemon:
@@ -245,6 +245,28 @@ def main():
         for l in lines:
             recorder_rows(row, l)
             results["recorder"] = l
+    # Node scale (issue 25): N producer processes against one dumpd vs N raw writers.
+    if has_python and "node" in want:
+        Path(args.disk_dir).mkdir(parents=True, exist_ok=True)
+        sizes = "16M,4K" if args.quick else "16M,1M,4K"
+        lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "node_bench.py"),
+                                "--dumpd", str(bins / "dumpd"), "--ranks", "1,2",
+                                "--sizes", sizes, "--rank-bytes", "256M",
+                                "--max-small-files", "5000" if args.quick else "20000",
+                                "--fs", f"tmpfs=/dev/shm,disk={args.disk_dir}"], env=env)
+        for l in lines:
+            size = l["tensor_bytes"]
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            if size >= 1 << 20:
+                row(f"10. {l['ranks']} ranks, {label} tensors, {l['fs']}: dumpd vs raw writers",
+                    l["dumpd_gbps"], l["raw_gbps"], l["ratio"], ">= 0.9 (8-16 ranks)", "GB/s")
+            else:
+                row(f"10. {l['ranks']} ranks, {label} tensors, {l['fs']}: files/s vs raw",
+                    l["dumpd_files_per_s"] / 1e3, l["raw_files_per_s"] / 1e3, l["ratio"],
+                    ">= 0.7 (8 ranks)", "k files/s")
+            row(f"10. daemon CPU per GB, {l['ranks']} ranks, {label}, {l['fs']}",
+                l["daemon_cpu_s_per_gb"], None, None, "(figure)", "cpu-s/GB")
+        results["node"] = lines
     # dumpctl compare on two page-cached trees, against cat of the same files.
     lines = []
     if "compare" in want:

@@ -1,10 +1,12 @@
 #include "daemon/daemon_settings.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -135,9 +137,16 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
   }
   if (key == "max_ring_bytes") return assign(getU64(key, v), &s.max_ring_bytes);
   if (key == "writer_threads") {
+    if (v.is_string() && v.get<std::string>() == "auto") {
+      s.writer_threads = autoWriterThreads();
+      return {};
+    }
     return assign(getU32(key, v, 1, kMaxWriterThreads), &s.writer_threads);
   }
-  if (key == "write_queue_bytes") return assign(getU64(key, v), &s.write_queue_bytes);
+  if (key == "write_queue_bytes") {
+    if (v.is_string() && v.get<std::string>() == "auto") return {};  // resolved at the end
+    return assign(getU64(key, v), &s.write_queue_bytes);
+  }
   if (key == "backpressure") {
     if (!v.is_string()) return badValue(key, "\"block\" or \"drop\"", v);
     auto b = parseBackpressure(v.get_ref<const std::string&>());
@@ -195,6 +204,16 @@ Status checkTogether(const DaemonSettings& s) {
 
 }  // namespace
 
+uint32_t autoWriterThreads(unsigned cores) {
+  return std::clamp<uint32_t>(cores == 0 ? 2 : cores, 2, 16);
+}
+
+uint32_t autoWriterThreads() { return autoWriterThreads(std::thread::hardware_concurrency()); }
+
+uint64_t autoWriteQueueBytes(uint32_t writer_threads) {
+  return (uint64_t{256} << 20) * std::max<uint32_t>(writer_threads, 1);
+}
+
 bool isValidLogLevel(std::string_view s) {
   for (std::string_view level : kLogLevels) {
     if (s == level) return true;
@@ -211,6 +230,11 @@ Result<DaemonSettings> parseDaemonSettings(std::string_view json_text) {
     DaemonSettings settings;
     for (const auto& [key, value] : root.items()) {
       if (auto s = applyKey(key, value, settings); !s) return s.error();
+    }
+    // The queue follows the writers unless the file sets it.
+    const auto queue = root.find("write_queue_bytes");
+    if (queue == root.end() || (queue->is_string() && queue->get<std::string>() == "auto")) {
+      settings.write_queue_bytes = autoWriteQueueBytes(settings.writer_threads);
     }
     if (auto s = checkTogether(settings); !s) return s.error();
     return settings;

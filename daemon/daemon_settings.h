@@ -28,14 +28,23 @@ constexpr uint64_t kMinRingBytes = 64 << 10;  // a ring must hold a few records
 constexpr uint64_t kMinWriteQueueBytes = 64 << 10;
 constexpr uint32_t kMaxWriterThreads = 64;
 
+// Defaults sized to the node (docs/configuration.md, measured in docs/performance.md "Node
+// scale"): one writer thread per core, 2..16 (they run SCHED_IDLE: idle writers cost
+// nothing), and 256 MiB of write queue per writer (queued records point into the rings:
+// queue bytes are ring space held, not daemon memory). `cores` 0: unknown, taken as 2.
+uint32_t autoWriterThreads(unsigned cores);
+uint32_t autoWriterThreads();  // for this machine (std::thread::hardware_concurrency)
+uint64_t autoWriteQueueBytes(uint32_t writer_threads);
+
 struct DaemonSettings {
   std::string socket_path;      // "" -> $DUMPD_SOCKET, else /run/dumpd/dumpd.sock
   uint32_t socket_mode = 0660;  // octal in the file as a string "0660" or an integer
   std::string socket_group;     // "" -> keep the daemon's group
   uint32_t max_sessions = 64;
-  uint64_t max_ring_bytes = 1ull << 30;  // per session
-  uint32_t writer_threads = 2;
-  uint64_t write_queue_bytes = 256ull << 20;
+  uint64_t max_ring_bytes = 1ull << 30;           // per session
+  uint32_t writer_threads = autoWriterThreads();  // "auto" in the file
+  // "auto" (or absent): autoWriteQueueBytes(writer_threads), after every key is read.
+  uint64_t write_queue_bytes = autoWriteQueueBytes(autoWriterThreads());
   Backpressure backpressure = Backpressure::kBlock;
   uint32_t block_timeout_ms = 0;  // 0 = wait forever
   Durability durability = Durability::kNone;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything measured on the lent GPU machine in one call (docs/performance.md): tests/gpu,
-# the node-scale write path, the host's memory bandwidth, and bench/gpu. Run from a kit made
+# the node-scale write path, the host's memory bandwidth, the producer's cost per CUDA
+# tensor, and bench/gpu. Run from a kit made
 # by bench/gpu/make_kit (build here, run there); results go to $OUT.
 #   NODE_ARGS overrides node_bench.py's arguments; SKIP="tests gpu" skips parts.
 set -uo pipefail
@@ -13,7 +14,7 @@ skip() { [[ " ${SKIP:-} " == *" $1 "* ]]; }
 { nvidia-smi -L; nproc; free -g; df -h /dev/shm; git_commit=$(cat COMMIT 2>/dev/null);
   echo "commit ${git_commit:-unknown}"; } 2>&1 | tee "$OUT/machine.txt"
 if ! skip tests; then
-  timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests.log"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/tests.log"
 fi
 if ! skip node; then
   # shellcheck disable=SC2086
@@ -23,6 +24,9 @@ if ! skip node; then
 fi
 if ! skip memory; then
   timeout 60 python3 bench/gpu/host_memory.py | tee "$OUT/host_memory.jsonl"
+fi
+if ! skip path; then
+  timeout 120 python3 bench/gpu/host_path.py | tee "$OUT/host_path.jsonl"
 fi
 if ! skip gpu; then
   timeout 400 python3 bench/gpu/gpu_bench.py --out "$OUT/gpu_bench.json" --steps 6 2>&1 |

@@ -71,13 +71,19 @@ CudaInterfaceArray readCudaInterface(py::handle obj,
   a.ptr = data[0].cast<uint64_t>();
   for (py::handle d : py::tuple(cai["shape"])) a.shape.push_back(d.cast<int64_t>());
   const std::string typestr = cai["typestr"].cast<std::string>();
-  const std::optional<DType> natural = dtypeOfTypestr(typestr);
+  std::optional<DType> natural = dtypeOfTypestr(typestr);
+  // torch exports bfloat16 as raw 2-byte records ("<V2"): its own dtype says what they are.
+  if (!natural && typestr.size() == 3 && typestr.substr(1) == "V2" && py::hasattr(obj, "dtype") &&
+      py::str(obj.attr("dtype")).cast<std::string>() == "torch.bfloat16") {
+    natural = DType::kBFloat16;
+  }
   if (!natural)
     throw py::type_error(what + ": unsupported __cuda_array_interface__ typestr " + typestr);
   a.dtype = *natural;
   if (dtype_override) {
     const DType want = parseDtypeName(*dtype_override, what);
-    if (want != DType::kBFloat16 || (a.dtype != DType::kInt16 && a.dtype != DType::kUInt16)) {
+    if (want != DType::kBFloat16 ||
+        (a.dtype != DType::kInt16 && a.dtype != DType::kUInt16 && a.dtype != DType::kBFloat16)) {
       throw py::value_error(what +
                             ": a device array only takes dtype=\"bfloat16\" (over int16 "
                             "or uint16 bits)");

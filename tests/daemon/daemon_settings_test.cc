@@ -28,8 +28,8 @@ void expectDefaults(const DaemonSettings& s) {
   EXPECT_EQ(s.socket_group, "");
   EXPECT_EQ(s.max_sessions, 64u);
   EXPECT_EQ(s.max_ring_bytes, 1ull << 30);
-  EXPECT_EQ(s.writer_threads, 2u);
-  EXPECT_EQ(s.write_queue_bytes, 256ull << 20);
+  EXPECT_EQ(s.writer_threads, autoWriterThreads());
+  EXPECT_EQ(s.write_queue_bytes, autoWriteQueueBytes(autoWriterThreads()));
   EXPECT_EQ(s.backpressure, Backpressure::kBlock);
   EXPECT_EQ(s.block_timeout_ms, 0u);
   EXPECT_EQ(s.durability, Durability::kNone);
@@ -198,6 +198,27 @@ TEST(DaemonSettingsTest, WriterThreadsRange) {
   EXPECT_EQ(errorOf(parseOne("writer_threads", 0)),
             "dumpd settings: 'writer_threads' should be an integer in 1..64, but got: 0");
   EXPECT_THAT(errorOf(parseOne("writer_threads", 65)), HasSubstr("but got: 65"));
+}
+
+TEST(DaemonSettingsTest, WritersAndQueueAreSizedToTheNode) {
+  EXPECT_EQ(autoWriterThreads(0u), 2u);  // unknown core count
+  EXPECT_EQ(autoWriterThreads(1u), 2u);
+  EXPECT_EQ(autoWriterThreads(2u), 2u);
+  EXPECT_EQ(autoWriterThreads(12u), 12u);
+  EXPECT_EQ(autoWriterThreads(16u), 16u);
+  EXPECT_EQ(autoWriterThreads(128u), 16u);
+  EXPECT_EQ(autoWriteQueueBytes(2), 512ull << 20);
+  EXPECT_EQ(autoWriteQueueBytes(16), 4ull << 30);
+  // The queue follows writer_threads set in the file, unless the file sets it too.
+  EXPECT_EQ(parseOne("writer_threads", 8)->write_queue_bytes, 2ull << 30);
+  auto both = parseDaemonSettings(R"({"writer_threads": 8, "write_queue_bytes": 1048576})");
+  ASSERT_TRUE(both) << errorOf(both);
+  EXPECT_EQ(both->write_queue_bytes, 1048576u);
+  auto autos = parseDaemonSettings(R"({"writer_threads": "auto", "write_queue_bytes": "auto"})");
+  ASSERT_TRUE(autos) << errorOf(autos);
+  EXPECT_EQ(autos->writer_threads, autoWriterThreads());
+  EXPECT_EQ(autos->write_queue_bytes, autoWriteQueueBytes(autoWriterThreads()));
+  EXPECT_THAT(errorOf(parseOne("writer_threads", "many")), HasSubstr("'writer_threads'"));
 }
 
 TEST(DaemonSettingsTest, MaxSessionsAtLeastOne) {

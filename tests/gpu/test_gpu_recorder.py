@@ -19,7 +19,7 @@ NOTHING = "100000"  # an iteration no test reaches: every step is only recorded
 
 
 def recorder_config(tmp_path, saved_data="full", **recorder):
-    section = {"steps": 3, "after_steps": 1, "max_triggers": 1}
+    section = {"steps": 3, "after_steps": 1, "max_triggers": 1, "saved_data": saved_data}
     section.update(recorder)
     path = make_config(tmp_path, iteration=NOTHING, saved_data=saved_data)
     cfg = json.loads(path.read_text())
@@ -90,22 +90,27 @@ def test_a_cuda_loss_every_step_never_synchronises_the_step(daemon, tmp_path):
     config = recorder_config(tmp_path, saved_data="statistic", steps=2, after_steps=0,
                              triggers=["loss_spike"], loss_spike={"window": 5, "factor": 3.0})
     w = torch.ones(1024, device="cuda")
+    spike = 15
     with dumpd.Client(str(config), socket=daemon.socket) as c:
+        # Once-only costs (pinned host memory, events) come first, untested.
+        for step in range(2):
+            dumpd.torch.step(c, step, loss=w.mean())
+        torch.cuda.synchronize()
         # torch raises on any synchronising call it makes from here on.
         torch.cuda.set_sync_debug_mode("error")
         try:
-            for step in range(20):
-                # The device is busy for ~30 ms with the step's work; the loss is its result.
-                torch.cuda._sleep(50_000_000)
-                loss = (w * (40.0 if step == 15 else 1.0 + 0.01 * step)).mean()
-                dumpd.torch.step(c, step + 1, loss=loss)
+            for step in range(2, 22):
+                # The device is busy for ~100 ms with the step's work; the loss is its result.
+                torch.cuda._sleep(200_000_000)
+                loss = (w * (40.0 if step == spike else 1.0 + 0.01 * step)).mean()
+                dumpd.torch.step(c, step, loss=loss)
                 # The step mark did not wait for this step's work: the device still has it.
                 # (It may wait for the loss of two steps ago, which keeps the device fed.)
                 assert not torch.cuda.current_stream().query(), step
         finally:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
-        dumpd.torch.step(c, 21, loss=1.0)  # the last CUDA losses arrive
+        dumpd.torch.step(c, 22, loss=1.0)  # the last CUDA losses arrive
         c.flush()
     ts = triggers(tmp_path / "dump")
     assert [t["kind"] for t in ts] == ["loss_spike"]

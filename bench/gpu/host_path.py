@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""What one dumped CUDA tensor costs the producer thread (issue 23, step 2): microseconds per
+`dump_op` call, the call returning as soon as the work is enqueued, for statistics (one
+96-byte record crosses) and full tensors, small and large, with and without staging; beside
+the same call with a 4-byte host array and `should_dump` alone (the binding's floor).
+One JSON line per case.  DUMPD_BIN=.../dumpd python3 host_path.py"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import dumpd
+
+CALLS = 2000
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix="hostpath", dir="/dev/shm"))
+    sock = str(work / "d.sock")
+    (work / "d.json").write_text(json.dumps({"min_free_bytes": 0, "log_level": "warn",
+                                             "writer_threads": 8, "max_ring_bytes": 4 << 30}))
+    d = subprocess.Popen([os.environ.get("DUMPD_BIN", "dumpd"), "--socket", sock, "--config",
+                          str(work / "d.json")])
+    while not os.path.exists(sock):
+        time.sleep(0.02)
+    try:
+        for saved in ("statistic", "tensor"):
+            for elems in (256, 1 << 20):
+                for staging in (0, 1 << 30):
+                    root = work / f"{saved}{elems}{staging}"
+                    cfg = {"common_dump_settings": {
+                        "dump_mode": 0, "path": str(root), "net_name": "Net",
+                        "iteration": "all", "saved_data": saved, "input_output": 0,
+                        "kernels": [], "support_device": [0]}}
+                    t = torch.randn(elems, device="cuda")
+                    h = np.ones(1, dtype=np.float32)
+                    with dumpd.Client(config=cfg, socket=sock, ring_bytes=2 << 30,
+                                      device_staging_bytes=staging) as c:
+                        c.prepare_cuda(0)
+                        res = {"saved_data": saved, "elements": elems, "staging": staging}
+                        for what, call in (
+                                ("should_dump", lambda i: c.should_dump(f"Default/Op-op{i}")),
+                                ("host_4_bytes", lambda i: c.dump_op("Op", f"Default/Op-op{i}",
+                                                                     outputs=[h])),
+                                ("cuda", lambda i: c.dump_op("Op", f"Default/Op-op{i}",
+                                                             outputs=[t]))):
+                            c.set_step(len(res))
+                            for i in range(50):
+                                call(i)
+                            torch.cuda.synchronize()
+                            c.flush()
+                            c.set_step(len(res) + 100)
+                            t0 = time.perf_counter()
+                            for i in range(CALLS):
+                                call(i)
+                            res[f"{what}_us"] = (time.perf_counter() - t0) / CALLS * 1e6
+                            c.flush()
+                        res["stats"] = {k: v for k, v in c.stats().items()
+                                        if k.startswith("device")}
+                    print(json.dumps(res), flush=True)
+                    shutil.rmtree(root, ignore_errors=True)
+    finally:
+        d.terminate()
+        d.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
