@@ -19,10 +19,9 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/io.h"
 #include "base/result.h"
 #include "client/device_api.h"
-#include "config/dump_plan.h"
-#include "config/filter.h"
 #include "ipc/backpressure.h"
 
 namespace dumpd::client {
@@ -197,7 +196,9 @@ class Client {
   // session, manifest included; then closes. Further calls fail. Idempotent.
   Status close(int timeout_ms = 30000);
 
-  const config::DumpPlan& plan() const;
+  // The job's dump root (the config's "path") and net_name.
+  const std::string& path() const;
+  const std::string& netName() const;
   uint32_t rank() const;
   uint32_t device() const;
 
@@ -208,5 +209,9 @@ class Client {
   Result<Reservation> reserve(const OpCall& op, bool dump_once);
   std::unique_ptr<Impl> impl_;
 };
+
+// The client library's version (the package version: "0.2.0"), for a consumer that links
+// the shared library to check what it got at run time.
+const char* libraryVersion();
 
 }  // namespace dumpd::client

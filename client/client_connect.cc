@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/version.h"
 #include "client/client_impl.h"
 #include "ipc/socket_path.h"
 
@@ -165,7 +166,9 @@ Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() { (void)close(); }
 
-const config::DumpPlan& Client::plan() const { return impl_->plan; }
+const std::string& Client::path() const { return impl_->plan.path; }
+const std::string& Client::netName() const { return impl_->plan.net_name; }
+const char* libraryVersion() { return kVersion; }
 uint32_t Client::rank() const { return impl_->rank; }
 uint32_t Client::device() const { return impl_->device; }
 bool Client::stepSelected() const { return impl_->step_selected; }

@@ -17,6 +17,8 @@
 #include "client/client.h"
 #include "client/device_pipeline.h"
 #include "client/dump_once.h"
+#include "config/dump_plan.h"
+#include "config/filter.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"

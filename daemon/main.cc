@@ -13,9 +13,12 @@
 #include <iostream>
 #include <string>
 
+#include "base/version.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/server.h"
 #include "ipc/asio.h"
+#include "ipc/frame.h"
+#include "ipc/ring_format.h"
 
 namespace {
 
@@ -71,7 +74,9 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     } else if (a == "--version") {
-      std::cout << "dumpd " << daemon::kVersion << "\n";
+      std::cout << "dumpd " << kVersion << " (wire protocol " << ipc::kProtocolMajor << "."
+                << ipc::kProtocolMinor << ", ring format " << ipc::kRingVersion
+                << "; client CUDA device path: " << (kClientHasCuda ? "yes" : "no") << ")\n";
       return 0;
     } else if (a == "--config") {
       if (!value(args.config)) return usageError("--config needs a FILE");

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "base/version.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/dump_session.h"
 #include "ipc/asio.h"
@@ -29,8 +30,6 @@
 namespace dumpd::daemon {
 
 class Connection;
-
-inline constexpr const char* kVersion = "0.2.0";
 
 // Applies the worker scheduling policy of the settings to the calling thread.
 void applyWorkerPriority(bool idle);

@@ -5,12 +5,14 @@
 #include <string_view>
 #include <vector>
 
+#include "base/version.h"
 #include "dumpctl/compare_command.h"
 #include "dumpctl/control_command.h"
 #include "dumpctl/convert_command.h"
 #include "dumpctl/status_command.h"
 #include "dumpctl/trigger_command.h"
 #include "dumpctl/validate_command.h"
+#include "ipc/frame.h"
 
 namespace {
 
@@ -39,7 +41,8 @@ constexpr const char* kUsage =
     "\n"
     "options:\n"
     "  --socket PATH    daemon socket (default: $DUMPD_SOCKET, else /run/dumpd/dumpd.sock)\n"
-    "  -h, --help       show this help\n";
+    "  -h, --help       show this help\n"
+    "  --version        print the version and the wire protocol it speaks\n";
 
 int usageError(const std::string& message) {
   std::cerr << "dumpctl: " << message << "\n" << kUsage;
@@ -72,6 +75,11 @@ int main(int argc, char** argv) {
     std::string_view a = args[i];
     if (a == "-h" || a == "--help") {
       std::cout << kUsage;
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "dumpctl " << dumpd::kVersion << " (wire protocol " << dumpd::ipc::kProtocolMajor
+                << "." << dumpd::ipc::kProtocolMinor << ")\n";
       return 0;
     }
     if (a == "--socket") {

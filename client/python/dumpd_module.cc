@@ -17,10 +17,6 @@
 #include "client/python/errors.h"
 #include "client/python/py_client.h"
 
-#ifndef DUMPD_VERSION
-#define DUMPD_VERSION "0.0.0"
-#endif
-
 namespace dumpd::python {
 namespace {
 
@@ -136,7 +132,7 @@ committed.
 PYBIND11_MODULE(_dumpd, m) {
   using namespace dumpd::python;
   m.doc() = "dumpd: stream training tensors to the node's dumpd daemon (MindSpore dump format).";
-  m.attr("__version__") = DUMPD_VERSION;
+  m.attr("__version__") = dumpd::client::libraryVersion();
 
   addExceptionTypes(m);
 

@@ -10,10 +10,6 @@
 #include "client/python/prepared_tensor.h"
 #include "ipc/backpressure.h"
 
-#ifndef DUMPD_VERSION
-#define DUMPD_VERSION "0.0.0"
-#endif
-
 namespace dumpd::python {
 namespace {
 
@@ -98,7 +94,7 @@ std::unique_ptr<PyClient> PyClient::create(
     o.backpressure = b.value();
   }
   o.producer_name = "dumpd-python";
-  o.producer_version = DUMPD_VERSION;
+  o.producer_version = client::libraryVersion();
   Result<std::unique_ptr<client::Client>> c = [&] {
     py::gil_scoped_release nogil;
     return client::Client::connect(std::move(o));

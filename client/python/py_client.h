@@ -65,8 +65,8 @@ class PyClient {
 
   uint32_t rank() { return client_->rank(); }
   uint32_t device() { return client_->device(); }
-  std::string path() { return client_->plan().path; }
-  std::string netName() { return client_->plan().net_name; }
+  std::string path() { return client_->path(); }
+  std::string netName() { return client_->netName(); }
 
  private:
   explicit PyClient(std::unique_ptr<client::Client> c) : client_(std::move(c)) {}
