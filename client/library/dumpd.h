@@ -5,7 +5,7 @@
 //   auto client = dumpd::client::Client::connect({.config_path = "data_dump.json"});
 //
 // Link with dumpd::client (CMake: find_package(dumpd CONFIG)) or `pkg-config --libs dumpd`.
-// See /usr/share/doc/dumpd/ (docs/architecture.md, "Client library").
+// See /usr/share/doc/dumpd/packaging.md ("The client library") and client/client.h.
 #pragma once
 
 #include "dumpd/client/client.h"
