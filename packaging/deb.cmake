@@ -8,21 +8,22 @@ set(CPACK_PACKAGE_NAME dumpd)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "dumpd maintainers <dumpd@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "node daemon that writes training tensors in MindSpore's dump layout")
-set(_dumpd_description
-    "dumpd is one daemon per node, shared by every training job on it. Training processes\n"
-    " link its client library (C++, or the Python package for PyTorch), copy each tensor once\n"
-    " into a shared-memory ring and go on; dumpd filters and writes the MindSpore dump tree\n"
-    " (rank_{id}/{net}/{graph}/{iteration}/*.npy, statistic.csv) off the critical path.\n"
-    " Includes dumpctl, the systemd units, the C++ client library with headers, CMake and\n"
-    " pkg-config files, and the Python package for the system's python3.")
+# The long description (CPack puts the summary above it and indents each line).
+string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION
+       "dumpd is one daemon per node, shared by every training job on it. Training\n"
+       "processes link its client library (C++, or the Python package for PyTorch), copy\n"
+       "each tensor once into a shared-memory ring and go on; dumpd filters and writes the\n"
+       "MindSpore dump tree (rank_{id}/{net}/{graph}/{iteration}/*.npy, statistic.csv)\n"
+       "off the critical path. Includes dumpctl, the systemd units, the C++ client library\n"
+       "with headers, CMake and pkg-config files, and the Python package for python3.\n"
+       "\n")
 if(DUMPD_HAVE_CUDA)
-  string(APPEND _dumpd_description
-         "\n .\n Built with CUDA: the client copies CUDA tensors on the device (static CUDA runtime).")
+  string(APPEND CPACK_DEBIAN_PACKAGE_DESCRIPTION
+         "Built with CUDA: the client copies CUDA tensors on the device (static CUDA runtime).")
 else()
-  string(APPEND _dumpd_description "\n .\n Built without CUDA: CUDA tensors need cuda_fallback=\"host\".")
+  string(APPEND CPACK_DEBIAN_PACKAGE_DESCRIPTION
+         "Built without CUDA: CUDA tensors need the client's cuda_fallback=\"host\".")
 endif()
-string(CONCAT CPACK_DEBIAN_PACKAGE_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION_SUMMARY}\n"
-              ${_dumpd_description})
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dumpd_<version>_<arch>.deb

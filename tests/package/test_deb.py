@@ -79,6 +79,9 @@ def test_installed_files_and_metadata(deb):
     assert pc.run(["getent", "group", "dumpd"]).stdout.startswith("dumpd:")
     out = pc.run(["dumpd", "--version"]).stdout
     assert out.startswith(f"dumpd {pc.VERSION} (wire protocol 2.0"), out
+    # The description says what --version says about the CUDA device path.
+    cuda = "client CUDA device path: yes" in out
+    assert ("Built with CUDA" in status) == cuda, status
     assert pc.run(["dumpctl", "--version"]).stdout.startswith(f"dumpctl {pc.VERSION}")
 
 
