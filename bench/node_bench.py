@@ -105,12 +105,12 @@ def cpu_by_role(pid, before, after, total):
     return {"io": io, "writers": writers, "sessions": total - io - writers}
 
 
-def run_together(cmds, cwd=None, env=None, on_start=None):
+def run_together(cmds, on_start=None):
     """Starts every command, waits for each "ready", sends the start signal to all, and
-    returns (start_ns, end_ns) across them."""
+    returns (start_ns, end_ns) across them and the JSON lines they printed."""
     extras = []
-    procs = [subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              cwd=cwd, env=env) for c in cmds]
+    procs = [subprocess.Popen(c, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for c in cmds]
     try:
         for p, c in zip(procs, cmds):
             line = p.stdout.readline()
@@ -180,7 +180,6 @@ def one(args, daemon, raw_writer, fs, fs_dir, size, n):
         os.sync()
 
         cpu = {}
-        env = dict(os.environ)
         dumpd_cmds = [[sys.executable, __file__, "producer", "--socket", daemon.socket,
                        "--root", str(work / "dumpd" / str(r)), "--bytes", str(size),
                        "--count", str(per_rank), "--per-dir", str(per_dir)] for r in range(n)]
@@ -189,7 +188,7 @@ def one(args, daemon, raw_writer, fs, fs_dir, size, n):
         def started():
             cpu["threads"] = thread_cpu(pid)
             cpu["before"] = cpu_seconds(pid)
-        s, e, producers = run_together(dumpd_cmds, env=env, on_start=started)
+        s, e, producers = run_together(dumpd_cmds, on_start=started)
         dumpd_cpu = cpu_seconds(pid) - cpu["before"]
         roles = cpu_by_role(pid, cpu["threads"], thread_cpu(pid), dumpd_cpu)
         dumpd_s = (e - s) / 1e9

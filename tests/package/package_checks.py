@@ -7,16 +7,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from conftest import can_connect, wait_for  # noqa: E402  (tests/integration/conftest.py)
+
 CONSUMER = Path(__file__).resolve().parent / "consumer"
 VERSION = "0.2.0"  # checked against CMakeLists.txt by test_version_is_the_project_version
 EXPECTED = np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5
@@ -34,19 +35,11 @@ def run(cmd: List[str], **kw) -> subprocess.CompletedProcess:
 
 
 def wait_for_socket(path: str, proc: subprocess.Popen, log: Path, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"dumpd exited {proc.returncode}: {log.read_text()}")
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.connect(path)
-            return
-        except OSError:
-            time.sleep(0.05)
-        finally:
-            s.close()
-    raise AssertionError(f"dumpd did not listen on {path}: {log.read_text()}")
+        return can_connect(path)
+    wait_for(listening, timeout, f"dumpd to listen on {path}")
 
 
 def start_daemon(cmd: List[str], workdir: Path, sock: str) -> subprocess.Popen:
