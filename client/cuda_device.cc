@@ -51,11 +51,19 @@ class CudaDevice final : public DeviceApi {
   void free(void* p) override { (void)cudaFree(p); }
 
   Status registerHost(void* host, size_t bytes) override {
-    // Portable: pinned for every device of the process (one ring serves them all).
+    // Portable: pinned for every device of the process (one ring serves them all); mapped:
+    // the statistics kernels write their results straight into the record.
     return check("cudaHostRegister of the shared-memory ring",
-                 cudaHostRegister(host, bytes, cudaHostRegisterPortable));
+                 cudaHostRegister(host, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
   }
   void unregisterHost(void* host) override { (void)cudaHostUnregister(host); }
+  Result<void*> hostDevicePointer(void* host) override {
+    void* device = nullptr;
+    if (cudaError_t e = cudaHostGetDevicePointer(&device, host, 0); e != cudaSuccess) {
+      return cudaError("cudaHostGetDevicePointer of the shared-memory ring", e);
+    }
+    return device;
+  }
 
   Result<StreamHandle> createStream() override {
     cudaStream_t s = nullptr;

@@ -36,9 +36,12 @@ class DeviceApi {
 
   virtual Result<void*> allocate(size_t bytes) = 0;  // device memory on the current device
   virtual void free(void* device_ptr) = 0;
-  // Pins host memory for DMA (the shared-memory ring), once per session.
+  // Pins host memory for DMA (the shared-memory ring), once per session, and maps it into
+  // the devices' address space so kernels can write it.
   virtual Status registerHost(void* host, size_t bytes) = 0;
   virtual void unregisterHost(void* host) = 0;
+  // The address kernels use for `host`, a byte of memory registerHost registered.
+  virtual Result<void*> hostDevicePointer(void* host) = 0;
 
   // A stream of our own on the current device that does not synchronise with the legacy
   // default stream.
@@ -57,8 +60,10 @@ class DeviceApi {
   // Device scratch statisticsAsync needs for `elements` elements (a multiple of 16).
   virtual uint64_t statisticsScratchBytes(uint64_t elements) = 0;
   // Enqueues on `stream` one pass over `elements` elements of `dtype` at `src` that writes
-  // their ipc::StatsPayload (sums in float64) at `result`, device memory aligned to 16,
-  // using `scratch` (statisticsScratchBytes(elements) bytes). `dtype` has statistics.
+  // their ipc::StatsPayload (sums in float64) at `result` (8-aligned: device memory, or
+  // registered host memory by its hostDevicePointer), using `scratch`
+  // (statisticsScratchBytes(elements) bytes of device memory, 16-aligned). `dtype` has
+  // statistics.
   virtual Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
                                  DType dtype, StreamHandle stream) = 0;
   virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;

@@ -11,8 +11,9 @@ namespace dumpd::client {
 namespace {
 
 constexpr uint64_t kStagingAlign = 256;  // copy engines like 256-byte aligned addresses
-// Device memory for statistics when device_staging_bytes is 0 (no snapshots).
-constexpr uint64_t kStatisticsOnlyStaging = 1ull << 20;
+// Device memory for the statistics' scratch when device_staging_bytes is 0 (no snapshots):
+// up to 80 KiB a tensor, so about a hundred large tensors' statistics in flight.
+constexpr uint64_t kStatisticsOnlyStaging = 8ull << 20;
 constexpr int kDestructorDrainMs = 10000;
 // Device-to-host bytes the issuer keeps enqueued (DUMPD_MAX_ISSUED_BYTES overrides it).
 constexpr uint64_t kDefaultMaxIssuedBytes = 256ull << 20;
@@ -111,6 +112,9 @@ Status DevicePipeline::pinRing() {
   if (ring_pinned_) return {};
   if (Status s = api_->registerHost(ring_.mappedBase(), ring_.mappedBytes()); !s) return s;
   ring_pinned_ = true;
+  auto device = api_->hostDevicePointer(ring_.mappedBase());
+  if (!device) return device.error();
+  ring_device_base_ = static_cast<std::byte*>(device.value());
   return {};
 }
 
@@ -217,8 +221,11 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
 
 uint64_t DevicePipeline::stagingBytes(const DeviceCopy& c) const {
   if (!c.statistics) return ipc::alignUp(c.bytes, kStagingAlign);
-  return ipc::alignUp(sizeof(ipc::StatsPayload) + api_->statisticsScratchBytes(c.elements),
-                      kStagingAlign);
+  return ipc::alignUp(api_->statisticsScratchBytes(c.elements), kStagingAlign);
+}
+
+void* DevicePipeline::ringOnDevice(std::byte* ring_dst) const {
+  return ring_device_base_ + (ring_dst - static_cast<std::byte*>(ring_.mappedBase()));
 }
 
 Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
@@ -233,18 +240,19 @@ Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
   e.copies.clear();
   for (const DeviceCopy& c : copies) {
     if (c.statistics) {
-      if (Status s = api_->statisticsAsync(p, p + sizeof(ipc::StatsPayload), c.device_src,
-                                           c.elements, c.dtype, stream);
+      // Written by the kernel straight into the record: nothing for the issuer to copy.
+      if (Status s = api_->statisticsAsync(ringOnDevice(c.ring_dst), p, c.device_src, c.elements,
+                                           c.dtype, stream);
           !s) {
         return s;
       }
-      e.copies.push_back(DeviceCopy{c.ring_dst, p, sizeof(ipc::StatsPayload)});
     } else {
       if (Status s = api_->snapshotAsync(p, c.device_src, c.bytes, stream); !s) return s;
       e.copies.push_back(DeviceCopy{c.ring_dst, p, c.bytes});
     }
     p += stagingBytes(c);
   }
+  if (e.copies.empty()) return api_->recordEvent(e.done, stream);  // statistics only
   auto snap = takeEvent();
   if (!snap) return snap.error();
   e.snap = snap.value();
@@ -271,10 +279,11 @@ Status DevicePipeline::enqueueDirect(DeviceState& dev, StreamHandle stream,
   }
   for (const DeviceCopy& c : copies) {
     if (c.statistics) {
-      Status s = api_->statisticsAsync(p, p + sizeof(ipc::StatsPayload), c.device_src, c.elements,
-                                       c.dtype, stream);
-      if (s) s = api_->copyAsync(c.ring_dst, p, sizeof(ipc::StatsPayload), stream);
-      if (!s) return s;
+      if (Status s = api_->statisticsAsync(ringOnDevice(c.ring_dst), p, c.device_src, c.elements,
+                                           c.dtype, stream);
+          !s) {
+        return s;
+      }
       p += stagingBytes(c);
     } else if (Status s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, stream); !s) {
       return s;

@@ -11,6 +11,10 @@
 // When staging is full, the producer's stream (not the host) waits for the oldest copy.
 // Records larger than the staging area, and every record when staging_bytes is 0, are
 // copied device-to-host on the producer's stream directly.
+// Statistics (DeviceCopy::statistics) take no snapshot and no copy: the kernels run on the
+// producer's stream with scratch in staging and write the 96-byte result straight into the
+// record (the ring is mapped into the devices' address space), so a record of statistics
+// only costs the producer the launches and one event, and the issuer nothing.
 //
 // Threading: submit() and the other calls belong to the client's producer thread; the
 // completion thread is internal. See docs/architecture.md ("Device tensors").
@@ -99,8 +103,10 @@ class DevicePipeline {
   // wait for the copies that still read the space it takes over.
   Result<uint64_t> allocateStaging(DeviceState& dev, uint64_t bytes, StreamHandle stream,
                                    uint64_t& end);
-  // Staging bytes a copy takes: its snapshot, or its statistics and their scratch.
+  // Staging bytes a copy takes: its snapshot, or its statistics' scratch.
   uint64_t stagingBytes(const DeviceCopy& c) const;
+  // The address kernels write `ring_dst` (a byte of the pinned ring) by.
+  void* ringOnDevice(std::byte* ring_dst) const;
   Status enqueueStaged(DeviceState& dev, StreamHandle stream, std::span<const DeviceCopy> copies,
                        Entry& e);
   // Copies device-to-host on the producer's stream; statistics still go through staging.
@@ -116,6 +122,7 @@ class DevicePipeline {
   ipc::RingProducer& ring_;
   const uint64_t staging_bytes_;
   bool ring_pinned_ = false;
+  std::byte* ring_device_base_ = nullptr;  // the ring's mapped base, as kernels address it
   std::map<int, std::unique_ptr<DeviceState>> devices_;  // producer thread
 
   mutable Mutex mu_;

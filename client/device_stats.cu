@@ -1,10 +1,17 @@
 // The statistics of a device tensor in one pass on the producer's stream: per-block partial
 // sums in float64, then a one-block kernel that merges them in block order (deterministic)
-// into an ipc::StatsPayload. Only those 96 bytes cross to the host.
+// into an ipc::StatsPayload, written where the caller says (the record in the mapped ring).
+// Only those 96 bytes cross to the host.
+//
+// The pass is bound by device memory bandwidth: each thread reads 16 bytes at a time where
+// the tensor is 16-byte aligned, enough blocks run to keep every SM busy, and the per-element
+// work stays cheap (values compared and counted as float where float holds them exactly,
+// 32-bit counters per thread; only the sums are float64).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "base/dtype_visit.h"
 #include "client/device_stats.h"
@@ -14,8 +21,8 @@ namespace dumpd::client {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr uint64_t kMaxBlocks = 256;
-constexpr uint64_t kElementsPerThread = 8;  // before another block is worth launching
+constexpr uint64_t kMaxBlocks = 1024;        // 4-8 per SM on current GPUs
+constexpr uint64_t kElementsPerThread = 16;  // before another block is worth launching
 
 struct Partial {
   double max;
@@ -39,20 +46,56 @@ __device__ inline Partial identity() {
   return p;
 }
 
-// The host's rules (storage/statistics.cc): NaN never replaces max/min; it is counted.
-__device__ inline void add(Partial& a, double x) {
-  const double inf = __longlong_as_double(0x7ff0000000000000ll);
-  a.max = x > a.max ? x : a.max;
-  a.min = x < a.min ? x : a.min;
-  a.sum += x;
-  a.sum_squares += x * x;
-  a.negative += x < 0;
-  a.positive += x > 0;
-  a.zero += x == 0;
-  a.nan += x != x;
-  a.negative_inf += x == -inf;
-  a.positive_inf += x == inf;
+template <typename V>
+__device__ inline V infinity();
+template <>
+__device__ inline float infinity<float>() {
+  return __int_as_float(0x7f800000);
 }
+template <>
+__device__ inline double infinity<double>() {
+  return __longlong_as_double(0x7ff0000000000000ll);
+}
+
+// One thread's running statistics over values of type V (float or double). The host's rules
+// (storage/statistics.cc): NaN never replaces max/min; it is counted.
+template <typename V>
+struct Running {
+  V max = -infinity<V>();
+  V min = infinity<V>();
+  double sum = 0;
+  double sum_squares = 0;
+  unsigned negative = 0, positive = 0, zero = 0, nan = 0, negative_inf = 0, positive_inf = 0;
+
+  __device__ void add(V x) {
+    max = x > max ? x : max;
+    min = x < min ? x : min;
+    const double d = static_cast<double>(x);
+    sum += d;
+    sum_squares = fma(d, d, sum_squares);
+    negative += x < 0;
+    positive += x > 0;
+    zero += x == 0;
+    nan += x != x;
+    negative_inf += x == -infinity<V>();
+    positive_inf += x == infinity<V>();
+  }
+
+  __device__ Partial partial() const {
+    Partial p;
+    p.max = static_cast<double>(max);
+    p.min = static_cast<double>(min);
+    p.sum = sum;
+    p.sum_squares = sum_squares;
+    p.negative = negative;
+    p.positive = positive;
+    p.zero = zero;
+    p.nan = nan;
+    p.negative_inf = negative_inf;
+    p.positive_inf = positive_inf;
+    return p;
+  }
+};
 
 __device__ inline void merge(Partial& a, const Partial& b) {
   a.max = b.max > a.max ? b.max : a.max;
@@ -67,10 +110,14 @@ __device__ inline void merge(Partial& a, const Partial& b) {
   a.positive_inf += b.positive_inf;
 }
 
-// Element loaders: element i of the tensor as a double. Tensors are read as the raw bytes
-// they are (bfloat16/float16 bit patterns, packed int4), aligned or not.
+// Element loaders: element i of the tensor as a value V, read from the raw bytes it is
+// (bfloat16/float16 bit patterns, packed int4), aligned or not. kVector elements fill 16
+// bytes; vector(v, out) reads the v-th 16 bytes of a 16-aligned tensor at once.
 template <typename T>
 struct Plain {
+  // float holds every value of the narrow types exactly; wider ones need double.
+  using V = std::conditional_t<(sizeof(T) <= 2 || std::is_same_v<T, float>), float, double>;
+  static constexpr int kVector = static_cast<int>(16 / sizeof(T));
   const unsigned char* p;
   bool aligned;
   __device__ T raw(uint64_t i) const {
@@ -80,49 +127,112 @@ struct Plain {
     for (unsigned k = 0; k < sizeof(T); ++k) d[k] = p[i * sizeof(T) + k];
     return v;
   }
-  __device__ double operator()(uint64_t i) const { return static_cast<double>(raw(i)); }
-};
-
-struct Bool {
-  const unsigned char* p;
-  __device__ double operator()(uint64_t i) const { return p[i] != 0 ? 1.0 : 0.0; }
-};
-
-struct Half {
-  Plain<uint16_t> bits;
-  __device__ double operator()(uint64_t i) const {
-    __half_raw r;
-    r.x = bits.raw(i);
-    return static_cast<double>(__half2float(__half(r)));
+  __device__ V operator()(uint64_t i) const { return static_cast<V>(raw(i)); }
+  __device__ void vector(uint64_t v, V* out) const {
+    union {
+      uint4 word;
+      T element[kVector];
+    } u;
+    u.word = reinterpret_cast<const uint4*>(p)[v];
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) out[k] = static_cast<V>(u.element[k]);
   }
 };
 
-struct BFloat16 {
+struct Bool {
+  using V = float;
+  static constexpr int kVector = 16;
+  const unsigned char* p;
+  __device__ V operator()(uint64_t i) const { return p[i] != 0 ? 1.0f : 0.0f; }
+  __device__ void vector(uint64_t v, V* out) const {
+    union {
+      uint4 word;
+      unsigned char element[16];
+    } u;
+    u.word = reinterpret_cast<const uint4*>(p)[v];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) out[k] = u.element[k] != 0 ? 1.0f : 0.0f;
+  }
+};
+
+// float16 and bfloat16: 2-byte bit patterns widened to float.
+template <typename Widen>
+struct Narrow {
+  using V = float;
+  static constexpr int kVector = 8;
   Plain<uint16_t> bits;
-  __device__ double operator()(uint64_t i) const {
-    return static_cast<double>(__uint_as_float(static_cast<unsigned>(bits.raw(i)) << 16));
+  __device__ V operator()(uint64_t i) const { return Widen()(bits.raw(i)); }
+  __device__ void vector(uint64_t v, V* out) const {
+    union {
+      uint4 word;
+      uint16_t element[8];
+    } u;
+    u.word = reinterpret_cast<const uint4*>(bits.p)[v];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = Widen()(u.element[k]);
+  }
+};
+
+struct HalfBits {
+  __device__ float operator()(uint16_t b) const {
+    __half_raw r;
+    r.x = b;
+    return __half2float(__half(r));
+  }
+};
+
+struct BFloat16Bits {
+  __device__ float operator()(uint16_t b) const {
+    return __uint_as_float(static_cast<unsigned>(b) << 16);
   }
 };
 
 struct Int4 {
+  using V = float;
+  static constexpr int kVector = 1;  // two elements a byte: read one at a time
   const unsigned char* p;
-  __device__ double operator()(uint64_t i) const {
+  __device__ V operator()(uint64_t i) const {
     const unsigned char b = p[i >> 1];
     const int nibble = (i & 1) ? (b >> 4) : (b & 0xf);
-    return static_cast<double>(nibble >= 8 ? nibble - 16 : nibble);
+    return static_cast<V>(nibble >= 8 ? nibble - 16 : nibble);
   }
+  __device__ void vector(uint64_t, V*) const {}
 };
 
+// Each block folds a grid-strided share of the tensor into one Partial: 16 bytes a thread at
+// a time (two loads in flight) where `vectors` is set, element by element for the rest.
 template <typename Load>
-__global__ void partialStatistics(Load load, uint64_t n, Partial* out) {
-  Partial a = identity();
+__global__ void __launch_bounds__(kThreads)
+    partialStatistics(Load load, uint64_t n, bool vectors, Partial* out) {
+  using V = typename Load::V;
+  constexpr int kVector = Load::kVector;
+  Running<V> a;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    add(a, load(i));
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t scalar_from = 0;
+  if (kVector > 1 && vectors) {
+    const uint64_t count = n / kVector;
+    uint64_t v = first;
+    for (; v + stride < count; v += 2 * stride) {
+      V x[kVector], y[kVector];
+      load.vector(v, x);
+      load.vector(v + stride, y);
+#pragma unroll
+      for (int k = 0; k < kVector; ++k) a.add(x[k]);
+#pragma unroll
+      for (int k = 0; k < kVector; ++k) a.add(y[k]);
+    }
+    if (v < count) {
+      V x[kVector];
+      load.vector(v, x);
+#pragma unroll
+      for (int k = 0; k < kVector; ++k) a.add(x[k]);
+    }
+    scalar_from = count * kVector;
   }
+  for (uint64_t i = scalar_from + first; i < n; i += stride) a.add(load(i));
   __shared__ Partial shared[kThreads];
-  shared[threadIdx.x] = a;
+  shared[threadIdx.x] = a.partial();
   __syncthreads();
   for (unsigned width = kThreads / 2; width > 0; width >>= 1) {
     if (threadIdx.x < width) merge(shared[threadIdx.x], shared[threadIdx.x + width]);
@@ -131,8 +241,10 @@ __global__ void partialStatistics(Load load, uint64_t n, Partial* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = shared[0];
 }
 
-__global__ void finalStatistics(const Partial* parts, unsigned blocks, uint64_t n,
-                                ipc::StatsPayload* result) {
+// Merges the blocks' partials in block order and writes the result with 8-byte stores (it
+// may be the record in the mapped ring, 8-aligned).
+__global__ void __launch_bounds__(kThreads)
+    finalStatistics(const Partial* parts, unsigned blocks, uint64_t n, uint64_t* result) {
   Partial a = identity();
   for (unsigned b = threadIdx.x; b < blocks; b += kThreads) merge(a, parts[b]);
   __shared__ Partial shared[kThreads];
@@ -144,20 +256,24 @@ __global__ void finalStatistics(const Partial* parts, unsigned blocks, uint64_t 
   }
   if (threadIdx.x != 0) return;
   const Partial& s = shared[0];
-  ipc::StatsPayload r;
-  r.count = n;
-  r.nan = s.nan;
-  r.negative_inf = s.negative_inf;
-  r.positive_inf = s.positive_inf;
-  r.zero = s.zero;
-  r.negative = s.negative;
-  r.positive = s.positive;
-  r.max = s.max;
-  r.min = s.min;
-  r.sum = s.sum;
-  r.sum_squares = s.sum_squares;
-  r.reserved = 0;
-  *result = r;
+  union {
+    ipc::StatsPayload payload;
+    uint64_t words[sizeof(ipc::StatsPayload) / 8];
+  } r;
+  r.payload.count = n;
+  r.payload.nan = s.nan;
+  r.payload.negative_inf = s.negative_inf;
+  r.payload.positive_inf = s.positive_inf;
+  r.payload.zero = s.zero;
+  r.payload.negative = s.negative;
+  r.payload.positive = s.positive;
+  r.payload.max = s.max;
+  r.payload.min = s.min;
+  r.payload.sum = s.sum;
+  r.payload.sum_squares = s.sum_squares;
+  r.payload.reserved = 0;
+#pragma unroll
+  for (unsigned k = 0; k < sizeof(r.words) / 8; ++k) result[k] = r.words[k];
 }
 
 unsigned blocksFor(uint64_t elements) {
@@ -167,13 +283,14 @@ unsigned blocksFor(uint64_t elements) {
 }
 
 template <typename Load>
-cudaError_t launch(Load load, void* result, void* scratch, uint64_t n, cudaStream_t stream) {
+cudaError_t launch(Load load, const void* src, void* result, void* scratch, uint64_t n,
+                   cudaStream_t stream) {
   const unsigned blocks = blocksFor(n);
   auto* parts = static_cast<Partial*>(scratch);
-  partialStatistics<<<blocks, kThreads, 0, stream>>>(load, n, parts);
+  const bool vectors = reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  partialStatistics<<<blocks, kThreads, 0, stream>>>(load, n, vectors, parts);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  finalStatistics<<<1, kThreads, 0, stream>>>(parts, blocks, n,
-                                              static_cast<ipc::StatsPayload*>(result));
+  finalStatistics<<<1, kThreads, 0, stream>>>(parts, blocks, n, static_cast<uint64_t*>(result));
   return cudaGetLastError();
 }
 
@@ -181,7 +298,7 @@ template <typename T>
 cudaError_t launchPlain(const unsigned char* p, void* result, void* scratch, uint64_t n,
                         cudaStream_t stream) {
   const bool aligned = reinterpret_cast<uintptr_t>(p) % sizeof(T) == 0;
-  return launch(Plain<T>{p, aligned}, result, scratch, n, stream);
+  return launch(Plain<T>{p, aligned}, p, result, scratch, n, stream);
 }
 
 }  // namespace
@@ -203,16 +320,17 @@ cudaError_t launchDeviceStatistics(void* result, void* scratch, const void* src,
             using T = typename decltype(tag)::type;
             return launchPlain<T>(p, result, scratch, elements, stream);
           },
-          [&](BoolTag) { return launch(Bool{p}, result, scratch, elements, stream); },
+          [&](BoolTag) { return launch(Bool{p}, p, result, scratch, elements, stream); },
           [&](UInt1Tag) { return launchPlain<uint8_t>(p, result, scratch, elements, stream); },
           [&](Float16Tag) {
-            return launch(Half{Plain<uint16_t>{p, aligned16}}, result, scratch, elements, stream);
+            return launch(Narrow<HalfBits>{Plain<uint16_t>{p, aligned16}}, p, result, scratch,
+                          elements, stream);
           },
           [&](BFloat16Tag) {
-            return launch(BFloat16{Plain<uint16_t>{p, aligned16}}, result, scratch, elements,
-                          stream);
+            return launch(Narrow<BFloat16Bits>{Plain<uint16_t>{p, aligned16}}, p, result, scratch,
+                          elements, stream);
           },
-          [&](Int4Tag) { return launch(Int4{p}, result, scratch, elements, stream); },
+          [&](Int4Tag) { return launch(Int4{p}, p, result, scratch, elements, stream); },
           // No statistics for complex tensors; no kernel for a value that is no dtype.
           [](Complex64Tag) { return cudaErrorInvalidValue; },
           [](Complex128Tag) { return cudaErrorInvalidValue; },

@@ -3,7 +3,8 @@
 # the node-scale write path, the host's memory bandwidth, the producer's cost per CUDA
 # tensor, and bench/gpu. Run from a kit made
 # by bench/gpu/make_kit (build here, run there); results go to $OUT.
-#   NODE_ARGS overrides node_bench.py's arguments; SKIP="tests gpu" skips parts.
+#   NODE_ARGS overrides node_bench.py's arguments, GPU_ARGS adds gpu_bench.py's (e.g.
+#   --skip sync,every); SKIP="tests gpu" skips parts (tests node memory path gpu).
 set -uo pipefail
 cd "$(dirname "$0")"
 export DUMPD_BIN=$PWD/bin/dumpd DUMPCTL_BIN=$PWD/bin/dumpctl PYTHONPATH=$PWD/python
@@ -29,6 +30,8 @@ if ! skip path; then
   timeout 120 python3 bench/gpu/host_path.py | tee "$OUT/host_path.jsonl"
 fi
 if ! skip gpu; then
-  timeout 400 python3 bench/gpu/gpu_bench.py --out "$OUT/gpu_bench.json" --steps 6 2>&1 |
+  # shellcheck disable=SC2086
+  timeout 400 python3 bench/gpu/gpu_bench.py --out "$OUT/gpu_bench.json" --steps 6 \
+    ${GPU_ARGS:-} 2>&1 |
     tee "$OUT/gpu_bench.log"
 fi

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 import dumpd
 import dumpd.torch
+from dumpd.torch._session import _Session
 
 GiB = 1 << 30
 
@@ -144,13 +145,58 @@ def make_workload(name):
 
 # ----------------------------------------------------------------------------- timing
 
-def timed(step):
+def timed(step, host=None):
+    """Seconds until the step's work is done on the device; `host` (a list) gets the seconds
+    until step() returned, the host's part (below the step time: the host ran ahead)."""
     s = torch.cuda.current_stream()
     s.synchronize()
     t0 = time.perf_counter()
     step()
+    if host is not None:
+        host.append(time.perf_counter() - t0)
     s.synchronize()
     return time.perf_counter() - t0
+
+
+def kernel_rates(daemon, root):
+    """Device time of dumpd's kernels on one 256 MiB tensor, as bytes read per second, beside
+    torch's own one-pass reduction (aminmax) and copy of the same tensor: the statistics
+    pass (saved_data "statistic") and the snapshot (saved_data "tensor", staged)."""
+    out = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn((256 << 20) // (2 if dtype == torch.bfloat16 else 4), device="cuda",
+                        dtype=dtype)
+        y = torch.empty_like(x)
+        name = str(dtype).split(".")[1]
+
+        def device_s(fn):
+            best = float("inf")
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                best = min(best, a.elapsed_time(b) / 1e3)
+            return best
+        rates = {"torch_aminmax": x.nbytes / device_s(lambda: torch.aminmax(x)),
+                 "torch_copy": x.nbytes / device_s(lambda: y.copy_(x))}
+        for saved, key in (("statistic", "dumpd_statistics"), ("tensor", "dumpd_snapshot")):
+            cfg = job_config(root, saved, "all")
+            with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=2 * GiB,
+                              device_staging_bytes=GiB) as c:
+                c.set_step(0)
+                session = _Session(c, "raise")  # what the hooks call, per op
+                rates[key] = x.nbytes / device_s(
+                    lambda: session.dump("Op", "Default/Op-op0", (), x, False, True))
+                c.flush()
+            shutil.rmtree(root, ignore_errors=True)
+        out[name] = rates
+        print(f"[kernels] {name} 256 MiB, GB/s read: " +
+              ", ".join(f"{k} {v/1e9:.0f}" for k, v in rates.items()), flush=True)
+        x = y = None  # freed before the next dtype
+    torch.cuda.empty_cache()
+    return out
 
 
 def bandwidths():
@@ -229,14 +275,14 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
                recorder=None):
     """Times `steps` steps with dumpd hooks; returns (step times, bytes per dumped step)."""
     cfg = job_config(root, saved_data, iteration, recorder)
-    times, dumped = [], []
+    times, dumped, host = [], [], []
     with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=ring,
                       device_staging_bytes=staging) as c:
         h = dumpd.torch.attach(model, c)
         for i in range(steps):
             before = c.stats()["bytes_committed"]
             c.set_step(i)
-            times.append(timed(step))
+            times.append(timed(step, host))
             dumped.append(c.stats()["bytes_committed"] - before)
         h.remove()
         t0 = time.perf_counter()
@@ -244,6 +290,7 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
         drain = time.perf_counter() - t0
     shutil.rmtree(root, ignore_errors=True)
     assert counts["tensors_failed"] == 0, counts
+    dumped_run.host_s = statistics.median(host[2:]) if len(host) > 2 else host[-1]
     return times, dumped, drain, counts
 
 
@@ -304,13 +351,15 @@ def profile_step(daemon, model, step, root):
     return {"step_s_under_cprofile": t, "tensors": tensors, "top": text.getvalue()}
 
 
-def bench(name, daemon, d2d, d2h, root, steps):
+def bench(name, daemon, d2d, d2h, root, steps, skip):
     model, step, title = make_workload(name)
     for _ in range(5):
         timed(step)
-    undumped = statistics.median(timed(step) for _ in range(15))
-    out = {"workload": title, "undumped_s": undumped}
-    print(f"[{name}] undumped {undumped*1e3:.1f} ms", flush=True)
+    host = []
+    undumped = statistics.median(timed(step, host) for _ in range(15))
+    out = {"workload": title, "undumped_s": undumped, "undumped_host_s": statistics.median(host)}
+    print(f"[{name}] undumped {undumped*1e3:.1f} ms (host {out['undumped_host_s']*1e3:.1f} ms)",
+          flush=True)
 
     # One selected iteration in full (iteration 3 of 0..7): staging and ring hold a step.
     times, dumped, drain, counts = dumped_run(
@@ -318,6 +367,7 @@ def bench(name, daemon, d2d, d2h, root, steps):
         staging=10 * GiB)
     b = dumped[3]
     out["one_iteration"] = {"step_s": times[3], "bytes": b, "drain_after_s": drain,
+                            "host_s": dumped_run.host_s,
                             "next_steps_s": times[4:], "ratio": times[3] / undumped,
                             "tensors_written": counts["tensors_written"]}
     snapshot_floor = undumped + b / d2d
@@ -331,20 +381,22 @@ def bench(name, daemon, d2d, d2h, root, steps):
         ring=8 * GiB, staging=GiB)
     med = statistics.median(times[2:])
     out["statistics_every_iteration"] = {"step_s": med, "ratio": med / undumped,
+                                         "host_s": dumped_run.host_s,
                                          "bytes_per_step": dumped[-1]}
-    print(f"[{name}] statistics every iteration: {med*1e3:.1f} ms ({med/undumped:.2f}x)",
-          flush=True)
+    print(f"[{name}] statistics every iteration: {med*1e3:.1f} ms ({med/undumped:.2f}x), host "
+          f"{dumped_run.host_s*1e3:.1f} ms", flush=True)
 
     # Every iteration in full: against the device-to-host floor of the bytes.
-    times, dumped, drain, _ = dumped_run(
-        daemon, model, step, root, saved_data="tensor", iteration="all", steps=steps,
-        ring=8 * GiB, staging=GiB)
-    med = statistics.median(times[2:])
-    floor = dumped[-1] / d2h
-    out["every_iteration"] = {"step_s": med, "d2h_floor_s": floor, "ratio_to_d2h": med / floor,
-                              "ratio": med / undumped, "bytes_per_step": dumped[-1]}
-    print(f"[{name}] every iteration: {med*1e3:.1f} ms = {med/floor:.2f}x the D2H floor "
-          f"({floor*1e3:.1f} ms)", flush=True)
+    if "every" not in skip:
+        times, dumped, drain, _ = dumped_run(
+            daemon, model, step, root, saved_data="tensor", iteration="all", steps=steps,
+            ring=8 * GiB, staging=GiB)
+        med = statistics.median(times[2:])
+        floor = dumped[-1] / d2h
+        out["every_iteration"] = {"step_s": med, "d2h_floor_s": floor, "ratio_to_d2h": med / floor,
+                                  "ratio": med / undumped, "bytes_per_step": dumped[-1]}
+        print(f"[{name}] every iteration: {med*1e3:.1f} ms = {med/floor:.2f}x the D2H floor "
+              f"({floor*1e3:.1f} ms)", flush=True)
 
     # The flight recorder always on (issue 22): nothing selected, every step kept, steps 2.
     for mode, ring in (("statistic", GiB), ("full", 16 * GiB)):
@@ -353,15 +405,23 @@ def bench(name, daemon, d2d, d2h, root, steps):
             ring=ring, staging=GiB, recorder={"steps": 2, "saved_data": mode})
         med = statistics.median(times[2:])
         out[f"recorder_{mode}"] = {"step_s": med, "ratio": med / undumped,
+                                   "host_s": dumped_run.host_s,
                                    "ring_bytes_per_step": dumped[-1],
                                    "tensors_written": counts["tensors_written"]}
         print(f"[{name}] recorder {mode}, steps 2: {med*1e3:.1f} ms ({med/undumped:.2f}x), "
               f"{dumped[-1]/1e9:.3f} GB/step to the ring", flush=True)
 
-    out["profile"] = profile_step(daemon, model, step, root)
-    t = sync_cpu_run(model, step, root)
-    out["sync_cpu_np_save"] = {"step_s": t, "ratio": t / undumped}
-    print(f"[{name}] sync .cpu()+np.save: {t*1e3:.0f} ms ({t/undumped:.1f}x)", flush=True)
+    return finish(out, model, step, root, daemon, name, undumped, skip)
+
+
+def finish(out, model, step, root, daemon, name, undumped, skip):
+    """The profile and the synchronous reference (each skippable), then frees the model."""
+    if "profile" not in skip:
+        out["profile"] = profile_step(daemon, model, step, root)
+    if "sync" not in skip:
+        t = sync_cpu_run(model, step, root)
+        out["sync_cpu_np_save"] = {"step_s": t, "ratio": t / undumped}
+        print(f"[{name}] sync .cpu()+np.save: {t*1e3:.0f} ms ({t/undumped:.1f}x)", flush=True)
     del model
     torch.cuda.empty_cache()
     return out
@@ -373,6 +433,9 @@ def main():
     ap.add_argument("--workloads", default="gpt,resnet")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--root", default="/dev/shm/dumpd-gpu-bench")
+    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: every "
+                    "(every iteration in full), profile, sync, "
+                    "kernels")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("SKIPPED: no CUDA GPU (torch.cuda.is_available() is False)")
@@ -389,9 +452,13 @@ def main():
               "date": time.strftime("%Y-%m-%d"), "d2d_bytes_per_s": d2d,
               "d2h_bytes_per_s": d2h, "workloads": {}}
     daemon = Daemon(binary, Path(args.root))
+    skip = set(filter(None, args.skip.split(",")))
     try:
+        if "kernels" not in skip:
+            result["kernels"] = kernel_rates(daemon, Path(args.root) / "kernels")
         for w in args.workloads.split(","):
-            result["workloads"][w] = bench(w, daemon, d2d, d2h, Path(args.root) / w, args.steps)
+            result["workloads"][w] = bench(w, daemon, d2d, d2h, Path(args.root) / w, args.steps,
+                                           skip)
     finally:
         daemon.stop()
     Path(args.out).write_text(json.dumps(result, indent=2))

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import dumpd
+from dumpd.torch._session import _Session
 
 CALLS = 2000
 
@@ -45,12 +46,22 @@ def main():
                                       device_staging_bytes=staging) as c:
                         c.prepare_cuda(0)
                         res = {"saved_data": saved, "elements": elems, "staging": staging}
+                        arr = dumpd.DeviceArray(t.data_ptr(), t.shape, "float32", 0)
+                        stream = torch._C._cuda_getCurrentRawStream(0)
                         for what, call in (
                                 ("should_dump", lambda i: c.should_dump(f"Default/Op-op{i}")),
                                 ("host_4_bytes", lambda i: c.dump_op("Op", f"Default/Op-op{i}",
                                                                      outputs=[h])),
                                 ("cuda", lambda i: c.dump_op("Op", f"Default/Op-op{i}",
-                                                             outputs=[t]))):
+                                                             outputs=[t])),
+                                # What dumpd.torch passes: a DeviceArray and the raw stream.
+                                ("cuda_device_array", lambda i: c.dump_op(
+                                    "Op", f"Default/Op-op{i}", outputs=[arr], stream=stream)),
+                                # The whole hook path of one op with one output tensor
+                                # (a session per call: dump once would make the same
+                                # tensor a reference after its first dump).
+                                ("torch_hook", lambda i: _Session(c, "raise").dump(
+                                    "Op", f"Default/Op-op{i}", (), t, False, True))):
                             c.set_step(len(res))
                             for i in range(50):
                                 call(i)

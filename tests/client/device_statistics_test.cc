@@ -127,15 +127,64 @@ TEST(DeviceStatistics, StatsReplaceBytesInOrderAndSeeTheTensorAtDumpTime) {
   }
 }
 
+TEST(DeviceStatistics, StatisticsOnlyRecordsAreWrittenByTheKernelWithoutACopy) {
+  // The statistics kernel writes its result into the record through the ring's mapping: no
+  // device-to-host copy, no snapshot, nothing for the issuer, with or without staging.
+  for (uint64_t staging : {uint64_t{0}, uint64_t{16 << 20}}) {
+    SCOPED_TRACE("staging " + std::to_string(staging));
+    Fixture f({.devices = 1, .max_delay_us = 100});
+    constexpr uint64_t kRecords = 40;
+    std::vector<std::vector<std::byte>> bodies;
+    std::vector<ipc::RingConsumer::Record> records;
+    std::thread reader([&] { records = readRecords(f, kRecords, &bodies); });
+    std::vector<void*> buffers;
+    {
+      DevicePipeline p(f.fake, f.producer, staging);
+      StreamHandle s = f.fake->createStream().value();
+      for (uint64_t r = 0; r < kRecords; ++r) {
+        const size_t n = 64 + r * 11;
+        const auto v = values(r, n);
+        auto* src = static_cast<float*>(f.fake->allocate(n * 4).value());
+        std::memcpy(src, v.data(), n * 4);
+        std::byte* b = nullptr;
+        while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, sizeof(ipc::StatsPayload))) ==
+               nullptr) {
+          f.producer.waitForSpace(sizeof(ipc::StatsPayload), 10);
+        }
+        const DeviceCopy copies[] = {DeviceCopy{b, src, n * 4, true, DType::kFloat32, n}};
+        ASSERT_TRUE(p.submit(f.producer.reservedSequence(), 0, s, copies, 1));
+        f.fake->enqueue(s, [src, n] { std::memset(src, 0x7f, n * 4); });
+        buffers.push_back(src);
+      }
+      ASSERT_TRUE(p.drain(20000));
+      EXPECT_EQ(f.fake->copies(), 0u) << "no snapshot and no device-to-host copy";
+      EXPECT_EQ(f.fake->unpinnedHostCopies(), 0u) << "the kernel wrote mapped memory only";
+      EXPECT_EQ(p.counters().failed_records, 0u);
+    }
+    reader.join();
+    ASSERT_EQ(records.size(), kRecords);
+    for (uint64_t r = 0; r < kRecords; ++r) {
+      ipc::StatsPayload got;
+      std::memcpy(&got, bodies[r].data(), sizeof got);
+      const ipc::StatsPayload want = expected(values(r, 64 + r * 11));
+      EXPECT_EQ(got.count, want.count) << r;
+      EXPECT_EQ(got.nan, want.nan) << r;
+      EXPECT_EQ(got.sum, want.sum) << r;
+      EXPECT_EQ(got.max, want.max) << r;
+    }
+    for (void* b : buffers) f.fake->free(b);
+  }
+}
+
 TEST(DeviceStatistics, TooManyStatisticsForStagingAreRefusedAndVoided) {
-  // No snapshot staging: statistics get a small area of their own; an op whose statistics
-  // scratch does not fit is refused, its record voided in place.
-  Fixture f({.devices = 1, .max_delay_us = 0});
+  // No snapshot staging: statistics get a small area of their own (8 MiB); an op whose
+  // statistics scratch does not fit is refused, its record voided in place.
+  Fixture f({.devices = 1, .max_delay_us = 0}, 8 << 20);
   DevicePipeline p(f.fake, f.producer, 0);
   std::vector<float> host(16, 1.0f);
   void* src = f.fake->allocate(64).value();
   std::memcpy(src, host.data(), 64);
-  const size_t tensors = (1u << 20) / 256 + 1;  // each takes at least 256 bytes of staging
+  const size_t tensors = (8u << 20) / 256 + 1;  // each takes at least 256 bytes of staging
   const uint64_t body = tensors * sizeof(ipc::StatsPayload);
   std::byte* b = f.producer.tryReserve(ipc::RecordKind::kOp, body);
   ASSERT_NE(b, nullptr);

@@ -138,6 +138,13 @@ void FakeDevice::unregisterHost(void* host) {
   std::erase_if(registered_, [&](auto& r) { return r.first == reinterpret_cast<uintptr_t>(host); });
 }
 
+Result<void*> FakeDevice::hostDevicePointer(void* host) {
+  if (!hostRegistered(host, 1)) {
+    return makeError(ErrorCode::kInvalidArgument, "fake: host memory is not registered");
+  }
+  return host;
+}
+
 bool FakeDevice::hostRegistered(const void* p, size_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto a = reinterpret_cast<uintptr_t>(p);
@@ -256,6 +263,9 @@ double fakeElement(DType dtype, const unsigned char* p, uint64_t i) {
 Status FakeDevice::statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
                                    DType dtype, client::StreamHandle s) {
   statistics_.fetch_add(1);
+  if (isHost(result) && !hostRegistered(result, sizeof(ipc::StatsPayload))) {
+    unpinned_copies_.fetch_add(1);  // a kernel cannot write host memory that is not mapped
+  }
   streamOf(s)->push([result, scratch, src, elements, dtype] {
     std::memset(scratch, 0x5a, 64);
     const auto* p = static_cast<const unsigned char*>(src);

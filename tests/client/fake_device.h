@@ -39,6 +39,8 @@ class FakeDevice final : public client::DeviceApi {
   void free(void* p) override;
   Status registerHost(void* host, size_t bytes) override;
   void unregisterHost(void* host) override;
+  // "Device memory" is host memory: the same address, once registered.
+  Result<void*> hostDevicePointer(void* host) override;
   Result<client::StreamHandle> createStream() override;
   void destroyStream(client::StreamHandle s) override;
   Result<client::EventHandle> createEvent(bool blocking_sync) override;

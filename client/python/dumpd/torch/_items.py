@@ -51,6 +51,15 @@ for _name in ("uint16", "uint32", "uint64"):
         _DEVICE_DTYPES[getattr(torch, _name)] = _name
 
 
+def _current_stream_object(device: int) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# The current stream's handle without making a torch.cuda.Stream object each op (what
+# Inductor's generated code calls); the public API where this torch lacks it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_object)
+
+
 class _Identities:
     """Dump once: one identity per (tensor object, version counter). Within a step, the very
     tensor dumped again (a module's output as the next module's input), unchanged since, gets
@@ -104,9 +113,12 @@ class _Items:
         """One dump_op item for `value`: an array, an (array, dtype) pair, or None."""
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
             return None
-        if value.is_quantized or value.device.type == "meta":
+        if value.is_cuda and value.dtype in _DEVICE_DTYPES and self.session.cuda_on_device():
+            item = self.device_item(value)  # the hot path: no detach(), no torch.device
+        elif value.is_quantized or value.device.type == "meta":
             return None
-        item = self.plain_item(value)
+        else:
+            item = self.plain_item(value)
         if item is None or not value.is_contiguous():
             return item  # a contiguous copy is new each time: nothing to repeat
         identity = self.session.identities.of(value)
@@ -134,14 +146,12 @@ class _Items:
         return t.numpy()
 
     def device_item(self, t: torch.Tensor) -> Any:
-        if t.is_conj():
-            t = t.resolve_conj()
-        if t.is_neg():
-            t = t.resolve_neg()
-        if not t.is_contiguous():
-            t = t.contiguous()  # on the current stream, like the snapshot after it
+        if t.is_conj() or t.is_neg() or not t.is_contiguous():
+            # A new tensor, made on the current stream like the snapshot after it, and kept
+            # alive until then.
+            t = t.detach().resolve_conj().resolve_neg().contiguous()
             self.keep.append(t)
-        device = t.device.index
+        device = t.get_device()
         if self.cuda_device is None:
             self.cuda_device = device
         return dumpd.DeviceArray(t.data_ptr(), t.shape, _DEVICE_DTYPES[t.dtype], device)
@@ -166,5 +176,5 @@ class _Items:
         """The current stream of the op's CUDA device: the snapshot is enqueued on it."""
         if self.cuda_device is None:
             return None
-        return torch.cuda.current_stream(self.cuda_device).cuda_stream
+        return _raw_stream(self.cuda_device)
 
