@@ -206,6 +206,16 @@ Result<bool> Client::dumpOp(const OpCall& op) {
     m.stats.tensors_filtered += op.tensors.size();
     return false;
   }
+  const auto start = std::chrono::steady_clock::now();
+  struct Timer {  // counts this call's time in stats.dump_ns, however it returns
+    Stats& stats;
+    std::chrono::steady_clock::time_point start;
+    ~Timer() {
+      stats.dump_ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::steady_clock::now() - start)
+                                                 .count());
+    }
+  } timer{m.stats, start};
   auto device = m.opDevice(op);
   if (!device) return device.error();
   if (device.value() >= 0) {
@@ -360,6 +370,9 @@ Stats Client::stats() const {
     s.device_staging_waits = c.staging_waits;
     s.device_records_failed = c.failed_records;
     s.device_statistics = c.statistics;
+    s.device_submit_ns = c.submit_ns;
+    s.device_enqueue_ns = c.enqueue_ns;
+    s.device_wait_ns = c.wait_ns;
     s.device_in_flight = impl_->pipeline->inFlight();
   }
   return s;

@@ -124,6 +124,13 @@ struct Stats {
   uint64_t device_in_flight = 0;       // records whose copies have not completed yet
   uint64_t device_statistics = 0;      // tensors whose statistics the device computed
   uint64_t tensors_deduplicated = 0;   // sent as a reference to an earlier tensor (dump once)
+  // Where the producer thread's time goes (nanoseconds, summed): dumpOp calls with a selected
+  // tensor; of that, handing device tensors to the pipeline; of that, the device runtime
+  // calls that enqueue kernels, copies and events, and waiting for the issuer (staging).
+  uint64_t dump_ns = 0;
+  uint64_t device_submit_ns = 0;
+  uint64_t device_enqueue_ns = 0;
+  uint64_t device_wait_ns = 0;
 };
 
 // A zero-copy reservation: write each tensor's bytes at payload(i), then commitOp().

@@ -26,6 +26,12 @@ uint64_t maxIssuedBytes() {
   return kDefaultMaxIssuedBytes;
 }
 
+uint64_t nanosSince(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t)
+          .count());
+}
+
 // Restores the producer's current device when a submit returns.
 class DeviceGuard {
  public:
@@ -179,10 +185,12 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
       // the completion thread may free regions, this one included: look again after.
       const uint64_t oldest = dev.regions.front();
       if (!entryLocked(oldest).issued) {
+        const auto waited_from = std::chrono::steady_clock::now();
         while (!dev.regions.empty() && dev.regions.front() == oldest &&
                !entryLocked(oldest).issued) {
           issued_cv_.wait(&mu_);
         }
+        submit_wait_ns_ += nanosSince(waited_from);
         continue;
       }
       Entry& old = entryLocked(oldest);
@@ -302,6 +310,8 @@ Status DevicePipeline::prepare(int device) {
 
 Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream,
                               std::span<const DeviceCopy> copies, uint32_t tensors) {
+  const auto submit_start = std::chrono::steady_clock::now();
+  submit_wait_ns_ = 0;
   // Nothing enqueued yet: the record is voided at once (published in its turn).
   const auto give_up = [&](Error e) -> Status {
     ring_.voidRecord(sequence, tensors);
@@ -335,10 +345,16 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   e.tensors = tensors;
   // Snapshots need device_staging_bytes; statistics fit in the small area kept without it.
   const bool staged = total <= dev.capacity && (staging_bytes_ != 0 || only_statistics);
+  const auto enqueue_start = std::chrono::steady_clock::now();
   const Status s =
       staged ? enqueueStaged(dev, stream, copies, e) : enqueueDirect(dev, stream, copies, e);
   e.reclaimed = e.staging_end == 0;  // 0: no staging region was taken
+  const uint64_t enqueue_ns = nanosSince(enqueue_start);
+  const uint64_t submit_ns = nanosSince(submit_start);
   MutexLock lock(&mu_);
+  counters_.submit_ns += submit_ns;
+  counters_.wait_ns += submit_wait_ns_;
+  counters_.enqueue_ns += enqueue_ns - std::min(enqueue_ns, submit_wait_ns_);
   ++counters_.records;
   counters_.statistics += statistics;
   ++(staged ? counters_.staged_records : counters_.direct_records);

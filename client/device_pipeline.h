@@ -54,6 +54,11 @@ struct PipelineCounters {
   uint64_t staging_waits = 0;   // times a producer stream had to wait for staging space
   uint64_t failed_records = 0;  // voided because a device operation failed
   uint64_t statistics = 0;      // tensors whose statistics were computed on the device
+  // Producer thread time in submit(), in the runtime calls it made, and blocked on the
+  // issuer for staging space (nanoseconds, summed).
+  uint64_t submit_ns = 0;
+  uint64_t enqueue_ns = 0;
+  uint64_t wait_ns = 0;
 };
 
 class DevicePipeline {
@@ -123,6 +128,7 @@ class DevicePipeline {
   const uint64_t staging_bytes_;
   bool ring_pinned_ = false;
   std::byte* ring_device_base_ = nullptr;  // the ring's mapped base, as kernels address it
+  uint64_t submit_wait_ns_ = 0;            // producer thread: this submit's wait for the issuer
   std::map<int, std::unique_ptr<DeviceState>> devices_;  // producer thread
 
   mutable Mutex mu_;

@@ -158,6 +158,10 @@ def timed(step, host=None):
     return time.perf_counter() - t0
 
 
+def fmt(breakdown):
+    return ", ".join(f"{k.replace('_ns', '')} {v:.2f}" for k, v in breakdown.items())
+
+
 def kernel_rates(daemon, root):
     """Device time of dumpd's kernels on one 256 MiB tensor, as bytes read per second, beside
     torch's own one-pass reduction (aminmax) and copy of the same tensor: the statistics
@@ -186,9 +190,11 @@ def kernel_rates(daemon, root):
             with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=2 * GiB,
                               device_staging_bytes=GiB) as c:
                 c.set_step(0)
-                session = _Session(c, "raise")  # what the hooks call, per op
+                # What the hooks call, per op; a new session each time, else dump once
+                # would send the same tensor as a reference after its first time.
                 rates[key] = x.nbytes / device_s(
-                    lambda: session.dump("Op", "Default/Op-op0", (), x, False, True))
+                    lambda: _Session(c, "raise").dump("Op", "Default/Op-op0", (), x, False,
+                                                      True))
                 c.flush()
             shutil.rmtree(root, ignore_errors=True)
         out[name] = rates
@@ -279,11 +285,15 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
     with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=ring,
                       device_staging_bytes=staging) as c:
         h = dumpd.torch.attach(model, c)
+        first = None
         for i in range(steps):
+            if i == min(2, steps - 1):
+                first = c.stats()
             before = c.stats()["bytes_committed"]
             c.set_step(i)
             times.append(timed(step, host))
             dumped.append(c.stats()["bytes_committed"] - before)
+        last = c.stats()
         h.remove()
         t0 = time.perf_counter()
         counts = c.flush()
@@ -291,6 +301,12 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
     shutil.rmtree(root, ignore_errors=True)
     assert counts["tensors_failed"] == 0, counts
     dumped_run.host_s = statistics.median(host[2:]) if len(host) > 2 else host[-1]
+    # The producer thread's time per measured step, taken apart (the client's counters).
+    n = steps - min(2, steps - 1)
+    dumped_run.breakdown = {k: (last[k] - first[k]) / n / 1e6 for k in (
+        "dump_ns", "device_submit_ns", "device_enqueue_ns", "device_wait_ns")}
+    dumped_run.breakdown["records"] = (last["records_committed"] - first["records_committed"]) / n
+    dumped_run.breakdown["blocked_waits"] = (last["blocked_waits"] - first["blocked_waits"]) / n
     return times, dumped, drain, counts
 
 
@@ -333,12 +349,14 @@ def profile_step(daemon, model, step, root):
         for i in range(3):
             c.set_step(i)
             timed(step)
-        before = c.stats()["tensors_committed"]
+        first = c.stats()
+        before = first["tensors_committed"]
         c.set_step(3)
         prof = cProfile.Profile()
         prof.enable()
         t = timed(step)
         prof.disable()
+        last = c.stats()
         h.remove()
         c.flush()
         stats = c.stats()
@@ -347,8 +365,12 @@ def profile_step(daemon, model, step, root):
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
     print(text.getvalue(), flush=True)
     tensors = stats["tensors_committed"] - before
-    print(f"profiled step: {t*1e3:.1f} ms under cProfile, {tensors} tensors", flush=True)
-    return {"step_s_under_cprofile": t, "tensors": tensors, "top": text.getvalue()}
+    inside = {k: (last[k] - first[k]) / 1e6 for k in (
+        "dump_ns", "device_submit_ns", "device_enqueue_ns", "device_wait_ns", "blocked_waits")}
+    print(f"profiled step: {t*1e3:.1f} ms under cProfile, {tensors} tensors; inside the client, "
+          f"ms: {fmt(inside)}", flush=True)
+    return {"step_s_under_cprofile": t, "tensors": tensors, "top": text.getvalue(),
+            "client_ms": inside}
 
 
 def bench(name, daemon, d2d, d2h, root, steps, skip):
@@ -383,8 +405,10 @@ def bench(name, daemon, d2d, d2h, root, steps, skip):
     out["statistics_every_iteration"] = {"step_s": med, "ratio": med / undumped,
                                          "host_s": dumped_run.host_s,
                                          "bytes_per_step": dumped[-1]}
+    out["statistics_every_iteration"]["breakdown_ms"] = dumped_run.breakdown
     print(f"[{name}] statistics every iteration: {med*1e3:.1f} ms ({med/undumped:.2f}x), host "
-          f"{dumped_run.host_s*1e3:.1f} ms", flush=True)
+          f"{dumped_run.host_s*1e3:.1f} ms; per step, ms: {fmt(dumped_run.breakdown)}",
+          flush=True)
 
     # Every iteration in full: against the device-to-host floor of the bytes.
     if "every" not in skip:
@@ -406,10 +430,12 @@ def bench(name, daemon, d2d, d2h, root, steps, skip):
         med = statistics.median(times[2:])
         out[f"recorder_{mode}"] = {"step_s": med, "ratio": med / undumped,
                                    "host_s": dumped_run.host_s,
+                                   "breakdown_ms": dumped_run.breakdown,
                                    "ring_bytes_per_step": dumped[-1],
                                    "tensors_written": counts["tensors_written"]}
         print(f"[{name}] recorder {mode}, steps 2: {med*1e3:.1f} ms ({med/undumped:.2f}x), "
-              f"{dumped[-1]/1e9:.3f} GB/step to the ring", flush=True)
+              f"{dumped[-1]/1e9:.3f} GB/step to the ring, host {dumped_run.host_s*1e3:.1f} ms; "
+              f"per step, ms: {fmt(dumped_run.breakdown)}", flush=True)
 
     return finish(out, model, step, root, daemon, name, undumped, skip)
 

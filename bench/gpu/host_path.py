@@ -22,6 +22,42 @@ from dumpd.torch._session import _Session
 CALLS = 2000
 
 
+def busy_device(work, sock):
+    """The same statistics dump_op while the stream is busy (a 0.5 s sleep kernel queued
+    first), as in a training step where the host runs ahead of the device: does enqueueing
+    get slower with the queue's depth? One JSON line per depth."""
+    root = work / "busy"
+    cfg = {"common_dump_settings": {
+        "dump_mode": 0, "path": str(root), "net_name": "Net", "iteration": "all",
+        "saved_data": "statistic", "input_output": 0, "kernels": [], "support_device": [0]}}
+    t = torch.randn(1 << 20, device="cuda")
+    with dumpd.Client(config=cfg, socket=sock, ring_bytes=1 << 30,
+                      device_staging_bytes=1 << 30) as c:
+        c.prepare_cuda(0)
+        arr = dumpd.DeviceArray(t.data_ptr(), t.shape, "float32", 0)
+        stream = torch._C._cuda_getCurrentRawStream(0)
+        for depth in (50, 300, 1000):
+            for busy in (False, True):
+                c.set_step(depth * 2 + busy)
+                torch.cuda.synchronize()
+                if busy:
+                    torch.cuda._sleep(int(1e9))  # ~0.5 s of device time on this stream
+                before = c.stats()
+                t0 = time.perf_counter()
+                for i in range(depth):
+                    c.dump_op("Op", f"Default/Op-op{i}", outputs=[arr], stream=stream)
+                us = (time.perf_counter() - t0) / depth * 1e6
+                after = c.stats()
+                torch.cuda.synchronize()
+                per = {k: (after[k] - before[k]) / depth / 1e3 for k in (
+                    "dump_ns", "device_submit_ns", "device_enqueue_ns", "device_wait_ns")}
+                print(json.dumps({"case": "busy_stream" if busy else "idle_stream",
+                                  "records": depth, "dump_op_us": us, "inside_us": per}),
+                      flush=True)
+        c.flush()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def main():
     work = Path(tempfile.mkdtemp(prefix="hostpath", dir="/dev/shm"))
     sock = str(work / "d.sock")
@@ -32,6 +68,7 @@ def main():
     while not os.path.exists(sock):
         time.sleep(0.02)
     try:
+        busy_device(work, sock)
         for saved in ("statistic", "tensor"):
             for elems in (256, 1 << 20):
                 for staging in (0, 1 << 30):

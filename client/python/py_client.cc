@@ -324,6 +324,10 @@ py::dict PyClient::stats() {
   d["device_records_failed"] = s.device_records_failed;
   d["device_in_flight"] = s.device_in_flight;
   d["device_statistics"] = s.device_statistics;
+  d["dump_ns"] = s.dump_ns;
+  d["device_submit_ns"] = s.device_submit_ns;
+  d["device_enqueue_ns"] = s.device_enqueue_ns;
+  d["device_wait_ns"] = s.device_wait_ns;
   d["closed"] = closed;
   return d;
 }
