@@ -163,19 +163,22 @@ def fmt(breakdown):
 
 
 def kernel_rates(daemon, root):
-    """Device time of dumpd's kernels on one 256 MiB tensor, as bytes read per second, beside
-    torch's own one-pass reduction (aminmax) and copy of the same tensor: the statistics
-    pass (saved_data "statistic") and the snapshot (saved_data "tensor", staged)."""
+    """Device time of dumpd's kernels on one tensor, as bytes read per second, beside torch's
+    own one-pass reduction (aminmax) and copy of the same tensor: the statistics pass
+    (saved_data "statistic": both kernels) and the snapshot (saved_data "tensor", staged).
+    Each repetition is a new step, so dump once never turns the tensor into a reference."""
     out = {}
-    for dtype in (torch.bfloat16, torch.float32):
-        x = torch.randn((256 << 20) // (2 if dtype == torch.bfloat16 else 4), device="cuda",
+    for dtype, mib in ((torch.bfloat16, 256), (torch.float32, 256), (torch.bfloat16, 16),
+                       (torch.float32, 98)):
+        x = torch.randn((mib << 20) // (2 if dtype == torch.bfloat16 else 4), device="cuda",
                         dtype=dtype)
         y = torch.empty_like(x)
-        name = str(dtype).split(".")[1]
+        name = f"{str(dtype).split('.')[1]}_{mib}MiB"
 
-        def device_s(fn):
+        def device_s(fn, before=lambda rep: None):
             best = float("inf")
-            for _ in range(5):
+            for rep in range(6):
+                before(rep)
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 a.record()
                 fn()
@@ -189,18 +192,17 @@ def kernel_rates(daemon, root):
             cfg = job_config(root, saved, "all")
             with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=2 * GiB,
                               device_staging_bytes=GiB) as c:
-                c.set_step(0)
-                # What the hooks call, per op; a new session each time, else dump once
-                # would send the same tensor as a reference after its first time.
+                session = _Session(c, "raise")  # what the hooks call, per op
                 rates[key] = x.nbytes / device_s(
-                    lambda: _Session(c, "raise").dump("Op", "Default/Op-op0", (), x, False,
-                                                      True))
+                    lambda: session.dump("Op", "Default/Op-op0", (), x, False, True),
+                    before=c.set_step)
                 c.flush()
+                assert c.stats()["tensors_deduplicated"] == 0
             shutil.rmtree(root, ignore_errors=True)
         out[name] = rates
-        print(f"[kernels] {name} 256 MiB, GB/s read: " +
+        print(f"[kernels] {name}, GB/s read: " +
               ", ".join(f"{k} {v/1e9:.0f}" for k, v in rates.items()), flush=True)
-        x = y = None  # freed before the next dtype
+        x = y = None  # freed before the next one
     torch.cuda.empty_cache()
     return out
 
