@@ -85,6 +85,7 @@ def main():
                         res = {"saved_data": saved, "elements": elems, "staging": staging}
                         arr = dumpd.DeviceArray(t.data_ptr(), t.shape, "float32", 0)
                         stream = torch._C._cuda_getCurrentRawStream(0)
+                        session = _Session(c, "raise")
                         for what, call in (
                                 ("should_dump", lambda i: c.should_dump(f"Default/Op-op{i}")),
                                 ("host_4_bytes", lambda i: c.dump_op("Op", f"Default/Op-op{i}",
@@ -94,11 +95,13 @@ def main():
                                 # What dumpd.torch passes: a DeviceArray and the raw stream.
                                 ("cuda_device_array", lambda i: c.dump_op(
                                     "Op", f"Default/Op-op{i}", outputs=[arr], stream=stream)),
-                                # The whole hook path of one op with one output tensor
-                                # (a session per call: dump once would make the same
-                                # tensor a reference after its first dump).
-                                ("torch_hook", lambda i: _Session(c, "raise").dump(
-                                    "Op", f"Default/Op-op{i}", (), t, False, True))):
+                                # The whole hook path of one op with one output tensor;
+                                # the session forgets the tensor each call, so it gets a
+                                # new identity and dump once never makes it a reference.
+                                ("torch_hook", lambda i: (
+                                    session.identities.entries.clear(),
+                                    session.dump("Op", f"Default/Op-op{i}", (), t, False,
+                                                 True)))):
                             c.set_step(len(res))
                             for i in range(50):
                                 call(i)

@@ -160,6 +160,9 @@ TEST(DeviceStatistics, StatisticsOnlyRecordsAreWrittenByTheKernelWithoutACopy) {
       EXPECT_EQ(f.fake->copies(), 0u) << "no snapshot and no device-to-host copy";
       EXPECT_EQ(f.fake->unpinnedHostCopies(), 0u) << "the kernel wrote mapped memory only";
       EXPECT_EQ(p.counters().failed_records, 0u);
+      // The producer's time is counted: submit() as a whole, and the runtime calls within it.
+      EXPECT_GT(p.counters().submit_ns, 0u);
+      EXPECT_GE(p.counters().submit_ns, p.counters().enqueue_ns);
     }
     reader.join();
     ASSERT_EQ(records.size(), kRecords);
