@@ -97,10 +97,21 @@ class CudaDevice final : public DeviceApi {
   uint64_t statisticsScratchBytes(uint64_t elements) override {
     return deviceStatisticsScratch(elements);
   }
-  Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
-                         DType dtype, StreamHandle stream) override {
-    return check("statistics kernel", launchDeviceStatistics(result, scratch, src, elements, dtype,
-                                                             static_cast<cudaStream_t>(stream)));
+  Status statisticsAsync(void* result, void* scratch, uint32_t* counter, const void* src,
+                         uint64_t elements, DType dtype, StreamHandle stream) override {
+    return check("statistics kernel",
+                 launchDeviceStatistics(result, scratch, counter, src, elements, dtype,
+                                        static_cast<cudaStream_t>(stream)));
+  }
+  Result<uint32_t*> counterWords(size_t count) override {
+    void* p = nullptr;
+    const size_t bytes = count * sizeof(uint32_t);
+    if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) return cudaError("cudaMalloc", e);
+    if (cudaError_t e = cudaMemset(p, 0, bytes); e != cudaSuccess) {
+      (void)cudaFree(p);
+      return cudaError("cudaMemset", e);
+    }
+    return static_cast<uint32_t*>(p);
   }
   Status recordEvent(EventHandle e, StreamHandle stream) override {
     return check("cudaEventRecord",

@@ -64,8 +64,14 @@ class DeviceApi {
   // registered host memory by its hostDevicePointer), using `scratch`
   // (statisticsScratchBytes(elements) bytes of device memory, 16-aligned). `dtype` has
   // statistics.
-  virtual Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
-                                 DType dtype, StreamHandle stream) = 0;
+  // `counter`: a word of counterWords() memory that holds 0 and that no other launch uses
+  // until this one completed (the launch leaves it 0), or nullptr: then the pass may take
+  // more kernels.
+  virtual Status statisticsAsync(void* result, void* scratch, uint32_t* counter, const void* src,
+                                 uint64_t elements, DType dtype, StreamHandle stream) = 0;
+  // `count` zeroed words of device memory on the current device, for statisticsAsync's
+  // counters (freed with free()).
+  virtual Result<uint32_t*> counterWords(size_t count) = 0;
   virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;
   // `stream` waits, on the device, for the work captured by `e` (the host does not block).
   virtual Status streamWaitEvent(StreamHandle stream, EventHandle e) = 0;

@@ -1,6 +1,7 @@
 #include "client/device_pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 
@@ -15,6 +16,9 @@ constexpr uint64_t kStagingAlign = 256;  // copy engines like 256-byte aligned a
 // up to 80 KiB a tensor, so about a hundred large tensors' statistics in flight.
 constexpr uint64_t kStatisticsOnlyStaging = 8ull << 20;
 constexpr int kDestructorDrainMs = 10000;
+// Counter words for one-kernel statistics per device: a word is reused once the record that
+// last took it completed; with more statistics than that in flight, a pass takes two kernels.
+constexpr uint64_t kCounterWords = 4096;
 // Device-to-host bytes the issuer keeps enqueued (DUMPD_MAX_ISSUED_BYTES overrides it).
 constexpr uint64_t kDefaultMaxIssuedBytes = 256ull << 20;
 
@@ -73,6 +77,11 @@ struct DevicePipeline::DeviceState {
   EventHandle guard_event = nullptr;
   uint64_t guard_id = 0;
   uint64_t guard_end = 0;
+  // Statistics counters (kCounterWords, or none): the producer takes them in order; the
+  // completion thread releases those of each completed record.
+  uint32_t* counters = nullptr;
+  uint64_t next_counter = 0;
+  std::atomic<uint64_t> counters_released{0};
 };
 
 DevicePipeline::DevicePipeline(std::shared_ptr<DeviceApi> api, ipc::RingProducer& ring,
@@ -108,6 +117,7 @@ DevicePipeline::~DevicePipeline() {
   for (auto& [device, dev] : devices_) {
     DeviceGuard guard(*api_, device);
     if (dev->staging != nullptr) api_->free(dev->staging);
+    if (dev->counters != nullptr) api_->free(dev->counters);
     if (dev->copy_stream != nullptr) api_->destroyStream(dev->copy_stream);
   }
   for (EventHandle e : free_events_) api_->destroyEvent(e);
@@ -151,6 +161,10 @@ Result<DevicePipeline::DeviceState*> DevicePipeline::stateFor(int device) {
     }
     dev->staging = static_cast<std::byte*>(mem.value());
     dev->capacity = capacity;
+  }
+  // Without counters every statistics pass takes two kernels: slower, not wrong.
+  if (auto counters = api_->counterWords(kCounterWords); counters) {
+    dev->counters = counters.value();
   }
   DeviceState* raw = dev.get();
   devices_.emplace(device, std::move(dev));
@@ -227,6 +241,14 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
   return begin % dev.capacity;
 }
 
+uint32_t* DevicePipeline::takeCounter(DeviceState& dev) {
+  if (dev.counters == nullptr ||
+      dev.next_counter - dev.counters_released.load(std::memory_order_acquire) >= kCounterWords) {
+    return nullptr;
+  }
+  return dev.counters + dev.next_counter++ % kCounterWords;
+}
+
 uint64_t DevicePipeline::stagingBytes(const DeviceCopy& c) const {
   if (!c.statistics) return ipc::alignUp(c.bytes, kStagingAlign);
   return ipc::alignUp(api_->statisticsScratchBytes(c.elements), kStagingAlign);
@@ -249,8 +271,8 @@ Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
   for (const DeviceCopy& c : copies) {
     if (c.statistics) {
       // Written by the kernel straight into the record: nothing for the issuer to copy.
-      if (Status s = api_->statisticsAsync(ringOnDevice(c.ring_dst), p, c.device_src, c.elements,
-                                           c.dtype, stream);
+      if (Status s = api_->statisticsAsync(ringOnDevice(c.ring_dst), p, takeCounter(dev),
+                                           c.device_src, c.elements, c.dtype, stream);
           !s) {
         return s;
       }
@@ -287,8 +309,8 @@ Status DevicePipeline::enqueueDirect(DeviceState& dev, StreamHandle stream,
   }
   for (const DeviceCopy& c : copies) {
     if (c.statistics) {
-      if (Status s = api_->statisticsAsync(ringOnDevice(c.ring_dst), p, c.device_src, c.elements,
-                                           c.dtype, stream);
+      if (Status s = api_->statisticsAsync(ringOnDevice(c.ring_dst), p, takeCounter(dev),
+                                           c.device_src, c.elements, c.dtype, stream);
           !s) {
         return s;
       }
@@ -349,6 +371,7 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   const Status s =
       staged ? enqueueStaged(dev, stream, copies, e) : enqueueDirect(dev, stream, copies, e);
   e.reclaimed = e.staging_end == 0;  // 0: no staging region was taken
+  e.counter_end = dev.next_counter;
   const uint64_t enqueue_ns = nanosSince(enqueue_start);
   const uint64_t submit_ns = nanosSince(submit_start);
   MutexLock lock(&mu_);
@@ -391,6 +414,8 @@ void DevicePipeline::completionLoop() {
     lock.lock();
     Entry& e = entryLocked(id);
     e.completed = true;
+    // Its kernels ran: the counters it took are free (records complete in order).
+    e.dev->counters_released.store(e.counter_end, std::memory_order_release);
     if (e.issued_bytes != 0) {
       issued_bytes_ -= e.issued_bytes;
       issue_space_cv_.signal();

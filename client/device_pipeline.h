@@ -95,6 +95,7 @@ class DevicePipeline {
     uint64_t issued_bytes = 0;       // bytes the issuer enqueued (counted until completion)
     bool issued = true;              // the copies and `done` are enqueued
     uint64_t staging_end = 0;        // staging position after this record's region
+    uint64_t counter_end = 0;        // the device's next_counter after this record's launches
     uint32_t tensors = 0;
     bool completed = false;
     bool reclaimed = true;  // its staging region is free (true when it has none)
@@ -108,6 +109,8 @@ class DevicePipeline {
   // wait for the copies that still read the space it takes over.
   Result<uint64_t> allocateStaging(DeviceState& dev, uint64_t bytes, StreamHandle stream,
                                    uint64_t& end);
+  // A statistics counter word of `dev` free until this record completes, or nullptr.
+  uint32_t* takeCounter(DeviceState& dev);
   // Staging bytes a copy takes: its snapshot, or its statistics' scratch.
   uint64_t stagingBytes(const DeviceCopy& c) const;
   // The address kernels write `ring_dst` (a byte of the pinned ring) by.

@@ -199,11 +199,66 @@ struct Int4 {
   __device__ void vector(uint64_t, V*) const {}
 };
 
+// Folds the block's `shared` partials (one per thread) into shared[0].
+__device__ inline void reduceBlock(Partial* shared) {
+  __syncthreads();
+  for (unsigned width = kThreads / 2; width > 0; width >>= 1) {
+    if (threadIdx.x < width) merge(shared[threadIdx.x], shared[threadIdx.x + width]);
+    __syncthreads();
+  }
+}
+
+// Reads a partial another block wrote, from L2 (this SM's L1 never held it, but say so).
+__device__ inline Partial loadPartial(const Partial* p) {
+  Partial r;
+  const auto* src = reinterpret_cast<const unsigned long long*>(p);
+  auto* dst = reinterpret_cast<unsigned long long*>(&r);
+#pragma unroll
+  for (unsigned k = 0; k < sizeof(Partial) / 8; ++k) dst[k] = __ldcg(src + k);
+  return r;
+}
+
+// Merges the blocks' partials in block order into shared[0] (the same order whichever block
+// runs this, so the result is deterministic).
+__device__ inline void mergeParts(const Partial* parts, unsigned blocks, Partial* shared) {
+  Partial a = identity();
+  for (unsigned b = threadIdx.x; b < blocks; b += kThreads) merge(a, loadPartial(parts + b));
+  shared[threadIdx.x] = a;
+  reduceBlock(shared);
+}
+
+// Thread 0 writes the result with 8-byte stores (it may be the record in the mapped ring,
+// 8-aligned).
+__device__ inline void writeResult(const Partial& s, uint64_t n, uint64_t* result) {
+  union {
+    ipc::StatsPayload payload;
+    uint64_t words[sizeof(ipc::StatsPayload) / 8];
+  } r;
+  r.payload.count = n;
+  r.payload.nan = s.nan;
+  r.payload.negative_inf = s.negative_inf;
+  r.payload.positive_inf = s.positive_inf;
+  r.payload.zero = s.zero;
+  r.payload.negative = s.negative;
+  r.payload.positive = s.positive;
+  r.payload.max = s.max;
+  r.payload.min = s.min;
+  r.payload.sum = s.sum;
+  r.payload.sum_squares = s.sum_squares;
+  r.payload.reserved = 0;
+#pragma unroll
+  for (unsigned k = 0; k < sizeof(r.words) / 8; ++k) result[k] = r.words[k];
+}
+
 // Each block folds a grid-strided share of the tensor into one Partial: 16 bytes a thread at
 // a time (two loads in flight) where `vectors` is set, element by element for the rest.
+// One block writes the result itself. With `counter` (a zero word no other launch uses
+// meanwhile) the last block to finish merges every block's partial and resets the counter:
+// one kernel a tensor. Without it the blocks leave their partials for finalStatistics.
 template <typename Load>
 __global__ void __launch_bounds__(kThreads)
-    partialStatistics(Load load, uint64_t n, bool vectors, Partial* out) {
+    partialStatistics(Load load, uint64_t n, bool vectors, Partial* parts, unsigned* counter,
+                      uint64_t* result) {
   using V = typename Load::V;
   constexpr int kVector = Load::kVector;
   Running<V> a;
@@ -233,47 +288,36 @@ __global__ void __launch_bounds__(kThreads)
   for (uint64_t i = scalar_from + first; i < n; i += stride) a.add(load(i));
   __shared__ Partial shared[kThreads];
   shared[threadIdx.x] = a.partial();
-  __syncthreads();
-  for (unsigned width = kThreads / 2; width > 0; width >>= 1) {
-    if (threadIdx.x < width) merge(shared[threadIdx.x], shared[threadIdx.x + width]);
-    __syncthreads();
+  reduceBlock(shared);
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) writeResult(shared[0], n, result);
+    return;
   }
-  if (threadIdx.x == 0) out[blockIdx.x] = shared[0];
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = shared[0];
+    last = false;
+    if (counter != nullptr) {
+      __threadfence();  // the partial is visible device-wide before the count says so
+      last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  mergeParts(parts, gridDim.x, shared);
+  if (threadIdx.x == 0) {
+    writeResult(shared[0], n, result);
+    *counter = 0;  // ready for the next launch that takes this word
+  }
 }
 
-// Merges the blocks' partials in block order and writes the result with 8-byte stores (it
-// may be the record in the mapped ring, 8-aligned).
+// The merge as a kernel of its own, for launches without a counter.
 __global__ void __launch_bounds__(kThreads)
     finalStatistics(const Partial* parts, unsigned blocks, uint64_t n, uint64_t* result) {
-  Partial a = identity();
-  for (unsigned b = threadIdx.x; b < blocks; b += kThreads) merge(a, parts[b]);
   __shared__ Partial shared[kThreads];
-  shared[threadIdx.x] = a;
-  __syncthreads();
-  for (unsigned width = kThreads / 2; width > 0; width >>= 1) {
-    if (threadIdx.x < width) merge(shared[threadIdx.x], shared[threadIdx.x + width]);
-    __syncthreads();
-  }
-  if (threadIdx.x != 0) return;
-  const Partial& s = shared[0];
-  union {
-    ipc::StatsPayload payload;
-    uint64_t words[sizeof(ipc::StatsPayload) / 8];
-  } r;
-  r.payload.count = n;
-  r.payload.nan = s.nan;
-  r.payload.negative_inf = s.negative_inf;
-  r.payload.positive_inf = s.positive_inf;
-  r.payload.zero = s.zero;
-  r.payload.negative = s.negative;
-  r.payload.positive = s.positive;
-  r.payload.max = s.max;
-  r.payload.min = s.min;
-  r.payload.sum = s.sum;
-  r.payload.sum_squares = s.sum_squares;
-  r.payload.reserved = 0;
-#pragma unroll
-  for (unsigned k = 0; k < sizeof(r.words) / 8; ++k) result[k] = r.words[k];
+  mergeParts(parts, blocks, shared);
+  if (threadIdx.x == 0) writeResult(shared[0], n, result);
 }
 
 unsigned blocksFor(uint64_t elements) {
@@ -283,22 +327,24 @@ unsigned blocksFor(uint64_t elements) {
 }
 
 template <typename Load>
-cudaError_t launch(Load load, const void* src, void* result, void* scratch, uint64_t n,
-                   cudaStream_t stream) {
+cudaError_t launch(Load load, const void* src, void* result, void* scratch, unsigned* counter,
+                   uint64_t n, cudaStream_t stream) {
   const unsigned blocks = blocksFor(n);
   auto* parts = static_cast<Partial*>(scratch);
+  auto* out = static_cast<uint64_t*>(result);
   const bool vectors = reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  partialStatistics<<<blocks, kThreads, 0, stream>>>(load, n, vectors, parts);
+  partialStatistics<<<blocks, kThreads, 0, stream>>>(load, n, vectors, parts, counter, out);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  finalStatistics<<<1, kThreads, 0, stream>>>(parts, blocks, n, static_cast<uint64_t*>(result));
+  if (blocks == 1 || counter != nullptr) return cudaSuccess;
+  finalStatistics<<<1, kThreads, 0, stream>>>(parts, blocks, n, out);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t launchPlain(const unsigned char* p, void* result, void* scratch, uint64_t n,
-                        cudaStream_t stream) {
+cudaError_t launchPlain(const unsigned char* p, void* result, void* scratch, unsigned* counter,
+                        uint64_t n, cudaStream_t stream) {
   const bool aligned = reinterpret_cast<uintptr_t>(p) % sizeof(T) == 0;
-  return launch(Plain<T>{p, aligned}, p, result, scratch, n, stream);
+  return launch(Plain<T>{p, aligned}, p, result, scratch, counter, n, stream);
 }
 
 }  // namespace
@@ -307,8 +353,8 @@ uint64_t deviceStatisticsScratch(uint64_t elements) {
   return (blocksFor(elements) * sizeof(Partial) + 15) / 16 * 16;
 }
 
-cudaError_t launchDeviceStatistics(void* result, void* scratch, const void* src, uint64_t elements,
-                                   DType dtype, cudaStream_t stream) {
+cudaError_t launchDeviceStatistics(void* result, void* scratch, unsigned* counter, const void* src,
+                                   uint64_t elements, DType dtype, cudaStream_t stream) {
   const auto* p = static_cast<const unsigned char*>(src);
   const bool aligned16 = reinterpret_cast<uintptr_t>(p) % 2 == 0;
   // Host code: the kernel is chosen here, per dtype (nvcc builds this file as C++17).
@@ -318,19 +364,21 @@ cudaError_t launchDeviceStatistics(void* result, void* scratch, const void* src,
           [&](auto tag) {
             static_assert(kIsPlainDType<decltype(tag)>, "a dtype without a kernel");
             using T = typename decltype(tag)::type;
-            return launchPlain<T>(p, result, scratch, elements, stream);
+            return launchPlain<T>(p, result, scratch, counter, elements, stream);
           },
-          [&](BoolTag) { return launch(Bool{p}, p, result, scratch, elements, stream); },
-          [&](UInt1Tag) { return launchPlain<uint8_t>(p, result, scratch, elements, stream); },
+          [&](BoolTag) { return launch(Bool{p}, p, result, scratch, counter, elements, stream); },
+          [&](UInt1Tag) {
+            return launchPlain<uint8_t>(p, result, scratch, counter, elements, stream);
+          },
           [&](Float16Tag) {
             return launch(Narrow<HalfBits>{Plain<uint16_t>{p, aligned16}}, p, result, scratch,
-                          elements, stream);
+                          counter, elements, stream);
           },
           [&](BFloat16Tag) {
             return launch(Narrow<BFloat16Bits>{Plain<uint16_t>{p, aligned16}}, p, result, scratch,
-                          elements, stream);
+                          counter, elements, stream);
           },
-          [&](Int4Tag) { return launch(Int4{p}, p, result, scratch, elements, stream); },
+          [&](Int4Tag) { return launch(Int4{p}, p, result, scratch, counter, elements, stream); },
           // No statistics for complex tensors; no kernel for a value that is no dtype.
           [](Complex64Tag) { return cudaErrorInvalidValue; },
           [](Complex128Tag) { return cudaErrorInvalidValue; },

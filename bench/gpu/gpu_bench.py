@@ -375,6 +375,42 @@ def profile_step(daemon, model, step, root):
             "client_ms": inside}
 
 
+def device_trace(daemon, model, step, root):
+    """One step dumping every op's statistics under torch.profiler: the device time of
+    dumpd's kernels against the step's, and the kernels that took the most (issue 23)."""
+    from torch.profiler import ProfilerActivity, profile
+    cfg = job_config(root, "statistic", "all")
+    with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=GiB,
+                      device_staging_bytes=GiB) as c:
+        h = dumpd.torch.attach(model, c)
+        for i in range(3):
+            c.set_step(i)
+            timed(step)
+        c.set_step(3)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            timed(step)
+        h.remove()
+        c.flush()
+    shutil.rmtree(root, ignore_errors=True)
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None)
+        if t is None:
+            t = getattr(e, "self_cuda_time_total", 0)
+        if t > 0:
+            rows.append((t / 1e3, e.count, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    ours = sum(r[0] for r in rows if "Statistics" in r[2] or "copyVec16" in r[2]
+               or "copyBytes" in r[2])
+    print(f"device time in the traced step: {total:.2f} ms, dumpd's kernels {ours:.2f} ms",
+          flush=True)
+    for ms, count, key in rows[:10]:
+        print(f"  {ms:8.3f} ms {count:5d}x  {key[:90]}", flush=True)
+    return {"device_ms": total, "dumpd_kernels_ms": ours,
+            "top": [{"ms": ms, "count": n, "kernel": k} for ms, n, k in rows[:15]]}
+
+
 def bench(name, daemon, d2d, d2h, root, steps, skip):
     model, step, title = make_workload(name)
     for _ in range(5):
@@ -446,6 +482,8 @@ def finish(out, model, step, root, daemon, name, undumped, skip):
     """The profile and the synchronous reference (each skippable), then frees the model."""
     if "profile" not in skip:
         out["profile"] = profile_step(daemon, model, step, root)
+    if "trace" not in skip:
+        out["trace"] = device_trace(daemon, model, step, root)
     if "sync" not in skip:
         t = sync_cpu_run(model, step, root)
         out["sync_cpu_np_save"] = {"step_s": t, "ratio": t / undumped}
@@ -462,7 +500,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--root", default="/dev/shm/dumpd-gpu-bench")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: every "
-                    "(every iteration in full), profile, sync, "
+                    "(every iteration in full), profile, trace, sync, "
                     "kernels")
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -3,6 +3,8 @@
 // overwrites the tensor, in order with byte records, with or without snapshot staging.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -177,6 +179,48 @@ TEST(DeviceStatistics, StatisticsOnlyRecordsAreWrittenByTheKernelWithoutACopy) {
     }
     for (void* b : buffers) f.fake->free(b);
   }
+}
+
+TEST(DeviceStatistics, CounterWordsAreNeverSharedByLaunchesInFlight) {
+  // One-kernel statistics take a counter word; two streams interleave on the fake device, and
+  // a word is reused only once the record that took it completed. Beyond 4096 statistics in
+  // flight (a stream held up by a long kernel) the pass takes two kernels and no word.
+  Fixture f({.devices = 1, .max_delay_us = 50}, 8 << 20);
+  std::vector<float> v(64, 1.5f);
+  void* src = f.fake->allocate(v.size() * 4).value();
+  std::memcpy(src, v.data(), v.size() * 4);
+  constexpr uint64_t kHeld = 4200;
+  constexpr uint64_t kFlowing = 3000;
+  std::thread reader([&] { (void)readRecords(f, kHeld + kFlowing, nullptr); });
+  {
+    DevicePipeline p(f.fake, f.producer, 0);
+    StreamHandle held = f.fake->createStream().value();
+    StreamHandle other = f.fake->createStream().value();
+    std::atomic<bool> release{false};
+    f.fake->enqueue(held, [&release] {
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    auto submit = [&](StreamHandle s) {
+      std::byte* b = nullptr;
+      while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, sizeof(ipc::StatsPayload))) ==
+             nullptr) {
+        f.producer.waitForSpace(sizeof(ipc::StatsPayload), 10);
+      }
+      const DeviceCopy copies[] = {DeviceCopy{b, src, v.size() * 4, true, DType::kFloat32, 64}};
+      ASSERT_TRUE(p.submit(f.producer.reservedSequence(), 0, s, copies, 1));
+    };
+    for (uint64_t i = 0; i < kHeld; ++i) submit(held);
+    EXPECT_EQ(f.fake->counterLaunches(), 4096u) << "every word is taken while none completed";
+    release = true;
+    for (uint64_t i = 0; i < kFlowing; ++i) submit(i % 2 ? held : other);
+    ASSERT_TRUE(p.drain(60000));
+    EXPECT_EQ(f.fake->counterConflicts(), 0u);
+    EXPECT_GT(f.fake->counterLaunches(), 4096u) << "words are reused after completion";
+    EXPECT_EQ(f.fake->statisticsLaunches(), kHeld + kFlowing);
+  }
+  reader.join();
+  f.fake->free(src);
+  EXPECT_EQ(f.fake->liveAllocations(), 0u) << "staging and counters are freed";
 }
 
 TEST(DeviceStatistics, TooManyStatisticsForStagingAreRefusedAndVoided) {

@@ -260,13 +260,25 @@ double fakeElement(DType dtype, const unsigned char* p, uint64_t i) {
 
 }  // namespace
 
-Status FakeDevice::statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
-                                   DType dtype, client::StreamHandle s) {
+Result<uint32_t*> FakeDevice::counterWords(size_t count) {
+  auto p = allocate(count * sizeof(uint32_t));
+  if (!p) return p.error();
+  std::memset(p.value(), 0, count * sizeof(uint32_t));
+  return static_cast<uint32_t*>(p.value());
+}
+
+Status FakeDevice::statisticsAsync(void* result, void* scratch, uint32_t* counter, const void* src,
+                                   uint64_t elements, DType dtype, client::StreamHandle s) {
   statistics_.fetch_add(1);
+  if (counter != nullptr) {
+    counter_launches_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!held_counters_.insert(counter).second || *counter != 0) counter_conflicts_.fetch_add(1);
+  }
   if (isHost(result) && !hostRegistered(result, sizeof(ipc::StatsPayload))) {
     unpinned_copies_.fetch_add(1);  // a kernel cannot write host memory that is not mapped
   }
-  streamOf(s)->push([result, scratch, src, elements, dtype] {
+  streamOf(s)->push([this, result, scratch, counter, src, elements, dtype] {
     std::memset(scratch, 0x5a, 64);
     const auto* p = static_cast<const unsigned char*>(src);
     ipc::StatsPayload r{};
@@ -290,6 +302,10 @@ Status FakeDevice::statisticsAsync(void* result, void* scratch, const void* src,
       r.positive_inf += std::isinf(x) && x > 0;
     }
     std::memcpy(result, &r, sizeof r);
+    if (counter != nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_counters_.erase(counter);
+    }
   });
   return {};
 }

@@ -52,10 +52,15 @@ class FakeDevice final : public client::DeviceApi {
   }
   // 64 bytes: the fake writes garbage there, so nothing may read scratch as a result.
   uint64_t statisticsScratchBytes(uint64_t) override { return 64; }
-  // A sequential pass on the stream's thread, with its own element decoding.
-  Status statisticsAsync(void* result, void* scratch, const void* src, uint64_t elements,
-                         DType dtype, client::StreamHandle s) override;
+  // A sequential pass on the stream's thread, with its own element decoding. A counter is
+  // held from the launch until the pass ran: taking one that is held, or not 0, is a
+  // conflict (two launches that could run at once sharing a word).
+  Status statisticsAsync(void* result, void* scratch, uint32_t* counter, const void* src,
+                         uint64_t elements, DType dtype, client::StreamHandle s) override;
+  Result<uint32_t*> counterWords(size_t count) override;
   uint64_t statisticsLaunches() const { return statistics_.load(); }
+  uint64_t counterLaunches() const { return counter_launches_.load(); }
+  uint64_t counterConflicts() const { return counter_conflicts_.load(); }
   Status recordEvent(client::EventHandle e, client::StreamHandle s) override;
   Status streamWaitEvent(client::StreamHandle s, client::EventHandle e) override;
   Status waitEvent(client::EventHandle e) override;
@@ -91,6 +96,9 @@ class FakeDevice final : public client::DeviceApi {
   std::vector<std::pair<uintptr_t, size_t>> registered_;
   std::atomic<uint64_t> copies_{0};
   std::atomic<uint64_t> statistics_{0};
+  std::atomic<uint64_t> counter_launches_{0};
+  std::atomic<uint64_t> counter_conflicts_{0};
+  std::set<uint32_t*> held_counters_;  // guarded by mu_
   std::atomic<uint64_t> unpinned_copies_{0};
   int64_t events_recorded_ = 0;
   static thread_local int current_device_;
