@@ -375,6 +375,52 @@ def profile_step(daemon, model, step, root):
             "client_ms": inside}
 
 
+def host_split(daemon, model, step, root, steps):
+    """Where the host part of a statistics step goes (issue 23): the undumped step, hooks that
+    select nothing, and statistics of every op with the time inside the hooks measured and the
+    client's own time beside it; then the same with the garbage collector's objects frozen."""
+    import gc
+    from dumpd.torch import _attach
+    inside = [0.0]
+    original = _attach._Hook.__call__
+
+    def timed_hook(self, module, *args):
+        t0 = time.perf_counter()
+        try:
+            return original(self, module, *args)
+        finally:
+            inside[0] += time.perf_counter() - t0
+    out = {}
+    host = []
+    for _ in range(steps):
+        timed(step, host)
+    out["undumped_host_ms"] = statistics.median(host[2:]) * 1e3
+    _attach._Hook.__call__ = timed_hook
+    try:
+        for label, iteration, freeze in (("nothing_selected", NOTHING, False),
+                                         ("statistics", "all", False),
+                                         ("statistics_gc_frozen", "all", True)):
+            if freeze:
+                gc.collect()
+                gc.freeze()
+            inside[0] = 0.0
+            times, _, _, _ = dumped_run(daemon, model, step, root, saved_data="statistic",
+                                        iteration=iteration, steps=steps, ring=GiB, staging=GiB)
+            if freeze:
+                gc.unfreeze()
+            row = {"step_ms": statistics.median(times[2:]) * 1e3,
+                   "host_ms": dumped_run.host_s * 1e3,
+                   "in_hooks_ms": inside[0] / steps * 1e3,
+                   "client_dump_ms": dumped_run.breakdown["dump_ns"]}
+            out[label] = row
+            print(f"  host split, {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()),
+                  flush=True)
+    finally:
+        _attach._Hook.__call__ = original
+    print(f"  host split, undumped host {out['undumped_host_ms']:.2f} ms", flush=True)
+    return out
+
+
 def device_trace(daemon, model, step, root):
     """One step dumping every op's statistics under torch.profiler: the device time of
     dumpd's kernels against the step's, and the kernels that took the most (issue 23)."""
@@ -484,6 +530,8 @@ def finish(out, model, step, root, daemon, name, undumped, skip):
         out["profile"] = profile_step(daemon, model, step, root)
     if "trace" not in skip:
         out["trace"] = device_trace(daemon, model, step, root)
+    if "split" not in skip:
+        out["host_split"] = host_split(daemon, model, step, root, 6)
     if "sync" not in skip:
         t = sync_cpu_run(model, step, root)
         out["sync_cpu_np_save"] = {"step_s": t, "ratio": t / undumped}
@@ -500,7 +548,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--root", default="/dev/shm/dumpd-gpu-bench")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: every "
-                    "(every iteration in full), profile, trace, sync, "
+                    "(every iteration in full), profile, trace, split, sync, "
                     "kernels")
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -60,17 +60,30 @@ def _current_stream_object(device: int) -> int:
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_object)
 
 
+class _Ref(weakref.ref):
+    """A weak reference that knows its _Identities key (no closure per tensor)."""
+
+    __slots__ = ("key",)
+
+
 class _Identities:
     """Dump once: one identity per (tensor object, version counter). Within a step, the very
     tensor dumped again (a module's output as the next module's input), unchanged since, gets
     the identity it had, and the client sends a reference instead of its bytes. An entry goes
     away with its tensor (weakref), so a new tensor can never inherit an identity."""
 
-    __slots__ = ("entries", "next")
+    __slots__ = ("entries", "next", "gone", "__weakref__")
 
     def __init__(self) -> None:
         self.entries: Dict[int, Tuple[Any, int, int]] = {}
         self.next = 1
+        entries = self.entries
+
+        def gone(ref: Any) -> None:
+            current = entries.get(ref.key)
+            if current is not None and current[0] is ref:
+                del entries[ref.key]
+        self.gone = gone
 
     def of(self, t: torch.Tensor) -> int | None:
         try:
@@ -83,17 +96,12 @@ class _Identities:
             return entry[2]
         identity = self.next
         self.next += 1
-        entries = self.entries
-
-        def gone(ref: Any, key: int = key) -> None:
-            current = entries.get(key)
-            if current is not None and current[0] is ref:
-                del entries[key]
-
         try:
-            self.entries[key] = (weakref.ref(t, gone), version, identity)
+            ref = _Ref(t, self.gone)
         except TypeError:
             return None
+        ref.key = key
+        self.entries[key] = (ref, version, identity)
         return identity
 
 
