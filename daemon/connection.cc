@@ -25,7 +25,8 @@ void Connection::start() {
 }
 
 void Connection::refuse(v1::Error::Code code, const std::string& message) {
-  spdlog::warn("connection {} (pid {} uid {}): {}", id_, peer_.pid, peer_.uid, message);
+  server_.peerWarning("connection " + std::to_string(id_) + " (pid " + std::to_string(peer_.pid) +
+                      " uid " + std::to_string(peer_.uid) + "): " + escapeForLog(message));
   v1::Envelope env;
   env.mutable_error()->set_code(code);
   env.mutable_error()->set_message(message);
@@ -80,8 +81,8 @@ void Connection::onReadable() {
   }
   if (n <= 0) {
     if (decoder_.buffered() != 0) {
-      spdlog::warn("connection {}: closed inside a frame ({} bytes of a partial frame)", id_,
-                   decoder_.buffered());
+      server_.peerWarning("connection " + std::to_string(id_) + ": closed inside a frame (" +
+                          std::to_string(decoder_.buffered()) + " bytes of a partial frame)");
     }
     // No Goodbye came first (that sets closing_): the client died or dropped the session.
     if (session_) session_->noteProducerLost();
@@ -124,7 +125,6 @@ bool Connection::processFrames() {
     }
     auto env = decoder_.next();
     if (!env) {
-      spdlog::warn("connection {}: {}", id_, env.error().message);
       sendErrorAndClose(v1::Error::PROTOCOL, env.error().message);
       return false;
     }
@@ -258,7 +258,7 @@ void Connection::doWrite() {
 }
 
 void Connection::sendErrorAndClose(v1::Error::Code code, const std::string& message) {
-  spdlog::warn("connection {}: {}", id_, escapeForLog(message));
+  server_.peerWarning("connection " + std::to_string(id_) + ": " + escapeForLog(message));
   v1::Envelope env;
   env.mutable_error()->set_code(code);
   env.mutable_error()->set_message(message);

@@ -395,4 +395,12 @@ std::string Server::statusLine() const {
   return buf;
 }
 
+void Server::peerWarning(const std::string& line) {
+  const LogLimiter::Admission a = peer_log_.admit();
+  if (a.suppressed != 0) {
+    spdlog::warn("{} similar client-caused warning(s) suppressed", a.suppressed);
+  }
+  if (a.log) spdlog::warn("{}", line);
+}
+
 }  // namespace dumpd::daemon

@@ -23,6 +23,7 @@
 #include "base/version.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/dump_session.h"
+#include "daemon/log_limiter.h"
 #include "ipc/asio.h"
 #include "proto/dumpd.pb.h"
 #include "storage/writer/writer_pool.h"
@@ -73,6 +74,9 @@ class Server {
   asio::io_context& io() { return io_; }
   Clock& clock() { return *env_.clock; }
   const DaemonSettings& settings() const { return settings_; }
+  // Logs a warning a client caused (malformed frames, refusals), within one rate limit
+  // shared by all connections: a flood of bad clients cannot flood the journal.
+  void peerWarning(const std::string& line);
   void applySettings(const DaemonSettings& s);
 
   static constexpr std::chrono::seconds kShutdownGrace{5};
@@ -80,6 +84,7 @@ class Server {
  private:
   void doAccept();
   void maybeFinish();
+  LogLimiter peer_log_{20, std::chrono::seconds(10)};
   uint32_t openFds() const;
 
   asio::io_context& io_;

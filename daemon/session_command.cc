@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/log_escape.h"
+#include "daemon/log_limiter.h"
 
 namespace dumpd::daemon {
 namespace {
@@ -49,8 +50,16 @@ CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>
     }
   }
   if (found.empty() && others != 0) {
-    spdlog::warn("refused a command from uid {} (pid {}) on {} of another user", requester.uid,
-                 requester.pid, describe(sel));
+    // Rate-limited: any local user may send these as fast as they like.
+    static LogLimiter refusals(5, std::chrono::seconds(10));
+    const LogLimiter::Admission a = refusals.admit();
+    if (a.suppressed != 0) {
+      spdlog::warn("{} similar refused command(s) not logged", a.suppressed);
+    }
+    if (a.log) {
+      spdlog::warn("refused a command from uid {} (pid {}) on {} of another user", requester.uid,
+                   requester.pid, describe(sel));
+    }
     return refuse(v1::Error::PERMISSION_DENIED,
                   "the " + describe(sel) + " is not yours (uid " + std::to_string(requester.uid) +
                       "); only the session's own uid or root may control it");

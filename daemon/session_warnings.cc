@@ -15,37 +15,17 @@ std::shared_ptr<const std::string> SessionWarnings::lastError() const { return l
 
 void SessionWarnings::warn(const std::string& message) {
   note(message);
-  uint64_t suppressed = 0;
-  bool log = false;
-  {
-    MutexLock lock(&mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - window_start_ >= kWindow) {
-      suppressed = suppressed_;
-      suppressed_ = 0;
-      count_ = 0;
-      window_start_ = now;
-    }
-    if (count_ < kBurst) {
-      ++count_;
-      log = true;
-    } else {
-      ++suppressed_;
-    }
+  const LogLimiter::Admission a = limiter_.admit();
+  if (a.suppressed != 0) {
+    spdlog::warn("session {}: {} similar warning(s) suppressed", id_, a.suppressed);
   }
-  if (suppressed != 0)
-    spdlog::warn("session {}: {} similar warning(s) suppressed", id_, suppressed);
-  if (log) spdlog::warn("session {}: {}", id_, escapeForLog(message));
+  if (a.log) spdlog::warn("session {}: {}", id_, escapeForLog(message));
 }
 
 void SessionWarnings::flushSuppressed() {
-  uint64_t suppressed;
-  {
-    MutexLock lock(&mu_);
-    suppressed = std::exchange(suppressed_, 0);
-  }
-  if (suppressed != 0)
+  if (const uint64_t suppressed = limiter_.takeSuppressed(); suppressed != 0) {
     spdlog::warn("session {}: {} similar warning(s) suppressed", id_, suppressed);
+  }
 }
 
 }  // namespace dumpd::daemon

@@ -1,8 +1,8 @@
 // A session's warnings: rate-limited log lines (a misbehaving client or a full disk cannot
 // flood the journal) and the last error, published for status and flush replies.
 //
-// Thread-safety: every method may be called from any thread. mu_ guards only the rate
-// counters; the last error is a Snapshot (a lock held only for a pointer copy).
+// Thread-safety: every method may be called from any thread (the rate is a LogLimiter; the
+// last error is a Snapshot, a lock held only for a pointer copy).
 #pragma once
 
 #include <atomic>
@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "base/mutex.h"
 #include "base/snapshot.h"
+#include "daemon/log_limiter.h"
 
 namespace dumpd::daemon {
 
@@ -34,10 +34,7 @@ class SessionWarnings {
   static constexpr std::chrono::seconds kWindow{10};
   const uint64_t id_;
   Snapshot<std::string> last_error_;
-  Mutex mu_;
-  std::chrono::steady_clock::time_point window_start_ GUARDED_BY(mu_){};
-  int count_ GUARDED_BY(mu_) = 0;
-  uint64_t suppressed_ GUARDED_BY(mu_) = 0;
+  LogLimiter limiter_{kBurst, kWindow};
 };
 
 }  // namespace dumpd::daemon

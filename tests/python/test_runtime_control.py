@@ -186,3 +186,31 @@ def test_only_the_owner_or_root_may_control(tmp_path: Path) -> None:
         assert written(tmp_path / "dump") == [0, 1, 2, 3]
     finally:
         stop_daemon(d)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs dumpctl as another uid (needs root)")
+def test_refusals_of_another_uid_cannot_flood_the_log(tmp_path: Path) -> None:
+    """Any local user may send commands as fast as they like: each is refused, but the
+    daemon logs a few per window, not one line each, and the owner's job is untouched."""
+    d = start_daemon({"socket_mode": "0666"})
+    try:
+        d.workdir.chmod(0o755)
+        config = make_config(tmp_path, iteration="all")
+        client = dumpd.Client(str(config), socket=d.socket)
+        refused: List[subprocess.CompletedProcess] = []
+
+        def at(step: int) -> None:
+            if step == 1:
+                for _ in range(15):
+                    refused.append(dumpctl(d.socket, "trigger", "--rank", "0", "--job", "Net",
+                                           uid=4321))
+
+        run(client, 3, at)
+        client.close()
+        assert len(refused) == 15
+        assert all(r.returncode == 1 and "is not yours" in r.stderr for r in refused)
+        logged = d.log_text().count("refused a command from uid 4321")
+        assert 1 <= logged <= 5, d.log_text()
+        assert written(tmp_path / "dump") == [0, 1, 2]
+    finally:
+        stop_daemon(d)

@@ -90,3 +90,22 @@ def test_losses_through_step_fire_a_loss_spike(daemon: Daemon, tmp_path: Path) -
     assert t["kind"] == "loss_spike" and t["losses"][-1] == 25.0
     # Reported before step 7's mark: it fired during step 6, which is written with step 5.
     assert t["iteration"] == 6 and t["iterations_written"] == [5, 6]
+
+
+def test_pending_losses_belong_to_their_client_and_go_with_it(daemon: Daemon,
+                                                              tmp_path: Path) -> None:
+    """dumpd.torch keeps the losses not yet reported per client, and forgets a client when it
+    is gone (no leak, and no later client can inherit them by a reused id())."""
+    import gc
+
+    from dumpd.torch import _steps
+    config = recorder_config(tmp_path, triggers=["loss_spike"],
+                             loss_spike={"window": 4, "factor": 2.0})
+    before = len(_steps._pending)
+    client = dumpd.Client(str(config), socket=daemon.socket)
+    dumpd.torch.step(client, 0, loss=1.0)
+    assert client in _steps._pending and len(_steps._pending) == before + 1
+    client.close()
+    del client
+    gc.collect()
+    assert len(_steps._pending) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable, Iterator, TypeVar
 
 import dumpd
@@ -69,11 +70,13 @@ class _PendingLosses:
         return out
 
 
-_pending: "dict[int, _PendingLosses]" = {}
+# Per client, and gone with it: a new client never inherits another's losses (an id() key
+# could be reused by a later client).
+_pending: "weakref.WeakKeyDictionary[dumpd.Client, _PendingLosses]" = weakref.WeakKeyDictionary()
 
 
 def _report_loss(client: dumpd.Client, loss: Any) -> None:
-    pending = _pending.setdefault(id(client), _PendingLosses())
+    pending = _pending.setdefault(client, _PendingLosses())
     if isinstance(loss, (int, float)):
         values = [float(loss)]
     elif getattr(loss, "is_cuda", False):
