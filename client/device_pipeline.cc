@@ -372,6 +372,11 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
       staged ? enqueueStaged(dev, stream, copies, e) : enqueueDirect(dev, stream, copies, e);
   e.reclaimed = e.staging_end == 0;  // 0: no staging region was taken
   e.counter_end = dev.next_counter;
+  // Kernels and copies enqueued before a failure write into the record (statistics and
+  // direct copies target the ring itself): `done` after them lets the completion thread wait
+  // for them before the record is voided and its ring space reused. (Best effort: after a
+  // sticky device error nothing more runs.)
+  if (!s) (void)api_->recordEvent(e.done, stream);
   const uint64_t enqueue_ns = nanosSince(enqueue_start);
   const uint64_t submit_ns = nanosSince(submit_start);
   MutexLock lock(&mu_);

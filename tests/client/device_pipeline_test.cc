@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "tests/client/fake_device.h"
@@ -212,6 +213,30 @@ TEST(DevicePipeline, FailedCopyVoidsItsRecordAndLaterOnesKeepTheirPlace) {
     EXPECT_EQ(lost, 1u);
   }
   EXPECT_EQ(p.counters().failed_records, 2u);
+}
+
+TEST(DevicePipeline, AFailedRecordIsVoidedOnlyAfterItsEnqueuedCopiesRan) {
+  // Direct mode, two tensors: copy 0 is enqueued behind a long kernel, copy 1 fails. Copy 0
+  // still writes into the record's ring slot, so the record must not be voided (and its space
+  // reused) before it ran: drain() returns only once it has.
+  Fixture f({.devices = 1, .max_delay_us = 0, .fail_copy_number = 1});
+  DevicePipeline p(f.fake, f.producer, 0);
+  StreamHandle s = f.fake->createStream().value();
+  f.fake->enqueue(s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+  const auto want = pattern(5, 0, 256);
+  void* src = f.fake->allocate(256).value();
+  std::memcpy(src, want.data(), 256);
+  std::byte* b = f.producer.tryReserve(ipc::RecordKind::kOp, 512);
+  ASSERT_NE(b, nullptr);
+  const DeviceCopy copies[] = {DeviceCopy{b, src, 256}, DeviceCopy{b + 256, src, 256}};
+  ASSERT_FALSE(p.submit(f.producer.reservedSequence(), 0, s, copies, 2));
+  EXPECT_FALSE(p.drain(10000).has_value());
+  // (The void record's own header, the lost-tensor count, takes the first bytes.)
+  EXPECT_EQ(std::memcmp(b + 16, want.data() + 16, 240), 0) << "voided before its copy ran";
+  auto records = readRecords(f, 1, nullptr);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].kind, ipc::RecordKind::kVoid);
+  f.fake->free(src);
 }
 
 TEST(DevicePipeline, AsynchronousDeviceErrorVoidsTheRecord) {

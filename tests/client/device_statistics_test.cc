@@ -212,6 +212,7 @@ TEST(DeviceStatistics, CounterWordsAreNeverSharedByLaunchesInFlight) {
     for (uint64_t i = 0; i < kHeld; ++i) submit(held);
     EXPECT_EQ(f.fake->counterLaunches(), 4096u) << "every word is taken while none completed";
     release = true;
+    ASSERT_TRUE(p.drain(60000));  // every word released by its record's completion
     for (uint64_t i = 0; i < kFlowing; ++i) submit(i % 2 ? held : other);
     ASSERT_TRUE(p.drain(60000));
     EXPECT_EQ(f.fake->counterConflicts(), 0u);
