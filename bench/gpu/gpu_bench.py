@@ -16,6 +16,7 @@ Usage: DUMPD_BIN=.../dumpd python3 gpu_bench.py [--out results.json] [--workload
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -305,8 +306,7 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
     dumped_run.host_s = statistics.median(host[2:]) if len(host) > 2 else host[-1]
     # The producer thread's time per measured step, taken apart (the client's counters).
     n = steps - min(2, steps - 1)
-    dumped_run.breakdown = {k: (last[k] - first[k]) / n / 1e6 for k in (
-        "dump_ns", "device_submit_ns", "device_enqueue_ns", "device_wait_ns")}
+    dumped_run.breakdown = client_ms(first, last, TIME_KEYS, n)
     dumped_run.breakdown["records"] = (last["records_committed"] - first["records_committed"]) / n
     dumped_run.breakdown["blocked_waits"] = (last["blocked_waits"] - first["blocked_waits"]) / n
     return times, dumped, drain, counts
@@ -338,12 +338,18 @@ def sync_cpu_run(model, step, root):
     return t
 
 
-def profile_step(daemon, model, step, root):
-    """The host cost of one step dumping every op's statistics (no bytes cross), under
-    cProfile: where the producer thread's time goes per tensor (issue 23)."""
-    import cProfile
-    import io
-    import pstats
+TIME_KEYS = ("dump_ns", "device_submit_ns", "device_enqueue_ns", "device_wait_ns")
+
+
+def client_ms(first, last, keys, steps=1):
+    """The client's counters `keys` between two stats() snapshots, in ms per step."""
+    return {k: (last[k] - first[k]) / steps / 1e6 for k in keys}
+
+
+@contextlib.contextmanager
+def statistics_client(daemon, model, step, root):
+    """A client dumping every op's statistics through hooks on `model`, after three warm-up
+    steps, marked at step 3; hooks removed and the client flushed afterwards."""
     cfg = job_config(root, "statistic", "all")
     with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=GiB,
                       device_staging_bytes=GiB) as c:
@@ -351,24 +357,34 @@ def profile_step(daemon, model, step, root):
         for i in range(3):
             c.set_step(i)
             timed(step)
-        first = c.stats()
-        before = first["tensors_committed"]
         c.set_step(3)
+        try:
+            yield c
+        finally:
+            h.remove()
+            c.flush()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def profile_step(daemon, model, step, root):
+    """The host cost of one step dumping every op's statistics (no bytes cross), under
+    cProfile: where the producer thread's time goes per tensor (issue 23)."""
+    import cProfile
+    import io
+    import pstats
+    with statistics_client(daemon, model, step, root) as c:
+        first = c.stats()
         prof = cProfile.Profile()
         prof.enable()
         t = timed(step)
         prof.disable()
         last = c.stats()
-        h.remove()
-        c.flush()
-        stats = c.stats()
-    shutil.rmtree(root, ignore_errors=True)
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(18)
     print(text.getvalue(), flush=True)
-    tensors = stats["tensors_committed"] - before
-    inside = {k: (last[k] - first[k]) / 1e6 for k in (
-        "dump_ns", "device_submit_ns", "device_enqueue_ns", "device_wait_ns", "blocked_waits")}
+    tensors = last["tensors_committed"] - first["tensors_committed"]
+    inside = client_ms(first, last, TIME_KEYS)
+    inside["blocked_waits"] = last["blocked_waits"] - first["blocked_waits"]  # a count
     print(f"profiled step: {t*1e3:.1f} ms under cProfile, {tensors} tensors; inside the client, "
           f"ms: {fmt(inside)}", flush=True)
     return {"step_s_under_cprofile": t, "tensors": tensors, "top": text.getvalue(),
@@ -425,19 +441,9 @@ def device_trace(daemon, model, step, root):
     """One step dumping every op's statistics under torch.profiler: the device time of
     dumpd's kernels against the step's, and the kernels that took the most (issue 23)."""
     from torch.profiler import ProfilerActivity, profile
-    cfg = job_config(root, "statistic", "all")
-    with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=GiB,
-                      device_staging_bytes=GiB) as c:
-        h = dumpd.torch.attach(model, c)
-        for i in range(3):
-            c.set_step(i)
-            timed(step)
-        c.set_step(3)
+    with statistics_client(daemon, model, step, root):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             timed(step)
-        h.remove()
-        c.flush()
-    shutil.rmtree(root, ignore_errors=True)
     rows = []
     for e in prof.key_averages():
         t = getattr(e, "self_device_time_total", None)

@@ -44,10 +44,7 @@ Submitted submitRecord(Fixture& f, DevicePipeline& p, uint64_t record, std::vect
                        int device, StreamHandle stream, Status* status = nullptr) {
   uint64_t body = 8;
   for (size_t n : sizes) body += n;
-  std::byte* b = nullptr;
-  while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, body)) == nullptr) {
-    f.producer.waitForSpace(body, 10);
-  }
+  std::byte* b = reserveOp(f, body);
   std::memcpy(b, &record, 8);
   std::vector<DeviceCopy> copies;
   std::vector<void*> bufs;
@@ -103,10 +100,7 @@ TEST(DevicePipeline, LateOutOfOrderCopiesStillPublishInOrderWithExactBytes) {
       StreamHandle s1 = f.fake->createStream().value();
       for (uint64_t r = 0; r < 120; ++r) {
         if (r % 10 == 3) {  // a host-only record between device ones
-          std::byte* b = nullptr;
-          while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, 8)) == nullptr) {
-            f.producer.waitForSpace(8, 10);
-          }
+          std::byte* b = reserveOp(f, 8);
           std::memcpy(b, &r, 8);
           f.producer.commit();
           expect[r] = {};

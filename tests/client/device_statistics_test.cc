@@ -78,10 +78,7 @@ TEST(DeviceStatistics, StatsReplaceBytesInOrderAndSeeTheTensorAtDumpTime) {
         std::memcpy(stats_src, v.data(), n * 4);
         std::memset(bytes_src, static_cast<int>(r), 256);
         constexpr uint64_t kBody = 8 + sizeof(ipc::StatsPayload) + 256;
-        std::byte* b = nullptr;
-        while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, kBody)) == nullptr) {
-          f.producer.waitForSpace(kBody, 10);
-        }
+        std::byte* b = reserveOp(f, kBody);
         std::memcpy(b, &r, 8);
         DeviceCopy stats{b + 8, stats_src, n * 4, true, DType::kFloat32, n};
         DeviceCopy bytes{b + 8 + sizeof(ipc::StatsPayload), bytes_src, 256};
@@ -148,11 +145,7 @@ TEST(DeviceStatistics, StatisticsOnlyRecordsAreWrittenByTheKernelWithoutACopy) {
         const auto v = values(r, n);
         auto* src = static_cast<float*>(f.fake->allocate(n * 4).value());
         std::memcpy(src, v.data(), n * 4);
-        std::byte* b = nullptr;
-        while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, sizeof(ipc::StatsPayload))) ==
-               nullptr) {
-          f.producer.waitForSpace(sizeof(ipc::StatsPayload), 10);
-        }
+        std::byte* b = reserveOp(f, sizeof(ipc::StatsPayload));
         const DeviceCopy copies[] = {DeviceCopy{b, src, n * 4, true, DType::kFloat32, n}};
         ASSERT_TRUE(p.submit(f.producer.reservedSequence(), 0, s, copies, 1));
         f.fake->enqueue(s, [src, n] { std::memset(src, 0x7f, n * 4); });
@@ -201,11 +194,7 @@ TEST(DeviceStatistics, CounterWordsAreNeverSharedByLaunchesInFlight) {
       while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
     auto submit = [&](StreamHandle s) {
-      std::byte* b = nullptr;
-      while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, sizeof(ipc::StatsPayload))) ==
-             nullptr) {
-        f.producer.waitForSpace(sizeof(ipc::StatsPayload), 10);
-      }
+      std::byte* b = reserveOp(f, sizeof(ipc::StatsPayload));
       const DeviceCopy copies[] = {DeviceCopy{b, src, v.size() * 4, true, DType::kFloat32, 64}};
       ASSERT_TRUE(p.submit(f.producer.reservedSequence(), 0, s, copies, 1));
     };

@@ -26,6 +26,15 @@ struct Fixture {
   ipc::RingConsumer consumer;
 };
 
+// Reserves an op record of `body` bytes, waiting for the reader to make room.
+inline std::byte* reserveOp(Fixture& f, uint64_t body) {
+  std::byte* b = nullptr;
+  while ((b = f.producer.tryReserve(ipc::RecordKind::kOp, body)) == nullptr) {
+    f.producer.waitForSpace(body, 10);
+  }
+  return b;
+}
+
 // Reads every record the ring publishes until `count` non-pad records were seen.
 inline std::vector<ipc::RingConsumer::Record> readRecords(
     Fixture& f, size_t count, std::vector<std::vector<std::byte>>* bodies) {
