@@ -100,6 +100,7 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   m.selected.clear();
   m.same_refs.clear();
   m.memo_specs.clear();
+  const bool defer = m.defersOp(op);
   // Not in overflow mode: there the daemon decides per op from the bytes whether to write.
   // A bin file holds its op's own bytes: there is no file to link a repeat to.
   dump_once = dump_once && m.options.dump_once && m.plan.op_debug_mode != 3 &&
@@ -137,8 +138,15 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
       // Only the statistics cross to the host: computed on the device by the pipeline.
       s.payload = ipc::PayloadKind::kStatistics;
       s.data_bytes = sizeof(ipc::StatsPayload);
+    } else if (defer && t.memory == Memory::kCuda && t.bytes != 0) {
+      // Kept on the device by the flight recorder: its statistics now, its bytes on a fetch.
+      // Never a dump-once source or reference: its bytes may never arrive.
+      s.payload = ipc::PayloadKind::kDeferred;
+      s.data_bytes = ipc::kDeferredHeaderBytes + t.bytes;
     }
-    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(t, s);
+    if (dump_once && t.identity != 0 && t.bytes != 0 && s.payload != ipc::PayloadKind::kDeferred) {
+      m.markRepeat(t, s);
+    }
     m.specs.push_back(s);
     m.selected.push_back(&t);
     payload_bytes += s.data_bytes;
@@ -236,6 +244,14 @@ Result<bool> Client::dumpOp(const OpCall& op) {
         c.statistics = true;
         c.dtype = t->dtype;
         c.elements = elementCount(t->shape).value_or(0);
+      } else if (m.specs[i].payload == ipc::PayloadKind::kDeferred) {
+        // State "on the device" until the pipeline says otherwise; the kernel writes the
+        // statistics after this.
+        std::memset(m.payloads[i], 0, ipc::kDeferredHeaderBytes);
+        c.ring_dst = m.payloads[i] + ipc::kDeferredHeaderBytes;
+        c.deferred = true;
+        c.dtype = t->dtype;
+        c.elements = elementCount(t->shape).value_or(0);
       }
       m.device_copies.push_back(c);
     } else {
@@ -253,8 +269,9 @@ Result<bool> Client::dumpOp(const OpCall& op) {
   ++m.stats.records_committed;
   m.stats.tensors_committed += res.tensors_;
   m.stats.bytes_committed += res.bytes_;
-  if (Status s = m.pipeline->submit(m.ring->reservedSequence(), device.value(), op.stream,
-                                    m.device_copies, res.tensors_);
+  if (Status s =
+          m.pipeline->submit(m.ring->reservedSequence(), device.value(), op.stream, m.device_copies,
+                             res.tensors_, m.iteration, m.ring->reservedEnd());
       !s) {
     return s.error();
   }
@@ -370,6 +387,9 @@ Stats Client::stats() const {
     s.device_staging_waits = c.staging_waits;
     s.device_records_failed = c.failed_records;
     s.device_statistics = c.statistics;
+    s.device_records_deferred = c.deferred_records;
+    s.device_records_fetched = c.deferred_filled;
+    s.device_records_released = c.deferred_dropped;
     s.device_submit_ns = c.submit_ns;
     s.device_enqueue_ns = c.enqueue_ns;
     s.device_wait_ns = c.wait_ns;

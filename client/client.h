@@ -123,7 +123,12 @@ struct Stats {
   uint64_t device_records_failed = 0;  // voided because a device copy failed
   uint64_t device_in_flight = 0;       // records whose copies have not completed yet
   uint64_t device_statistics = 0;      // tensors whose statistics the device computed
-  uint64_t tensors_deduplicated = 0;   // sent as a reference to an earlier tensor (dump once)
+  // Flight recorder: records kept on the device (no device-to-host copy), of which copied
+  // to the host when the daemon fetched them, and held snapshots given up for staging space.
+  uint64_t device_records_deferred = 0;
+  uint64_t device_records_fetched = 0;
+  uint64_t device_records_released = 0;
+  uint64_t tensors_deduplicated = 0;  // sent as a reference to an earlier tensor (dump once)
   // Where the producer thread's time goes (nanoseconds, summed): dumpOp calls with a selected
   // tensor; of that, handing device tensors to the pipeline; of that, the device runtime
   // calls that enqueue kernels, copies and events, and waiting for the issuer (staging).

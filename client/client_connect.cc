@@ -130,6 +130,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   hello->set_producer_name(options.producer_name);
   hello->set_producer_version(options.producer_version);
   hello->set_ring_bytes(impl->ring->mappedBytes());
+  hello->set_device_staging_bytes(options.device_staging_bytes);
   hello->set_device_target(options.device_target);
   hello->set_config_path(options.config_path);
   hello->set_ms_format(std::string(config::msFormatName(impl->plan.ms_format)));

@@ -51,6 +51,9 @@ struct Client::Impl {
   uint32_t iteration = 0;
   uint32_t graph_id = 0;
   bool step_selected = true;
+  // The flight recorder records this step (the job does not select it) and keeps its CUDA
+  // tensors on the device until a fetch (saved_data other than "statistic", staging on).
+  bool defer_step = false;
   // The job saves statistics only: CUDA tensors send theirs, computed on the device.
   bool device_statistics = false;
   bool closed = false;
@@ -133,8 +136,30 @@ struct Client::Impl {
     // With a flight recorder every iteration's selected ops are copied: the daemon keeps
     // those the job does not select (docs/recorder.md).
     const bool recording = plan.flight_recorder.has_value() && recorder_on;
-    step_selected = filter->deviceSelected(device) &&
-                    (recording || (!paused && filter->iterationSelected(iteration)));
+    const bool dumped = !paused && filter->iterationSelected(iteration);
+    step_selected = filter->deviceSelected(device) && (recording || dumped);
+    defer_step = recording && !dumped && options.device_staging_bytes != 0 &&
+                 plan.flight_recorder->saved_data != config::SavedData::kStatistic;
+  }
+
+  // Whether the op's selected CUDA tensors are kept on the device (docs/recorder.md): a
+  // recorded step that no fetch of the daemon covers yet, every such tensor with statistics
+  // (the NaN check needs them), and small enough to hold in staging.
+  bool defersOp(const OpCall& op) const {
+    if (!defer_step || !pipeline) return false;
+    const ipc::RingControl* ctl = ring->control();
+    // Relaxed: a stale value only defers a record the pipeline then fills for this fetch.
+    if (ctl->fetch_generation.load(std::memory_order_relaxed) != 0 &&
+        iteration <= ctl->fetch_through_iteration.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    uint64_t bytes = 0;
+    for (const Tensor& t : op.tensors) {
+      if (t.memory != Memory::kCuda || t.bytes == 0 || !filter->ioSelected(t.io)) continue;
+      if (t.dtype == DType::kComplex64 || t.dtype == DType::kComplex128) return false;
+      bytes += t.bytes;
+    }
+    return bytes != 0 && pipeline->holds(bytes);
   }
 
   // The operator's change the daemon sent (dumpctl control), from this step on. The step mark

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "base/thread_name.h"
+#include "client/device_pipeline_state.h"
 #include "ipc/ring_format.h"
 
 namespace dumpd::client {
@@ -16,6 +17,8 @@ constexpr uint64_t kStagingAlign = 256;  // copy engines like 256-byte aligned a
 // up to 80 KiB a tensor, so about a hundred large tensors' statistics in flight.
 constexpr uint64_t kStatisticsOnlyStaging = 8ull << 20;
 constexpr int kDestructorDrainMs = 10000;
+// How often the issuer looks for the daemon's fetch request while records are held.
+constexpr auto kFetchPoll = std::chrono::milliseconds(10);
 // Counter words for one-kernel statistics per device: a word is reused once the record that
 // last took it completed; with more statistics than that in flight, a pass takes two kernels.
 constexpr uint64_t kCounterWords = 4096;
@@ -61,29 +64,6 @@ class DeviceGuard {
 
 }  // namespace
 
-struct DevicePipeline::DeviceState {
-  int device = 0;
-  StreamHandle copy_stream = nullptr;
-  std::byte* staging = nullptr;
-  uint64_t capacity = 0;
-  uint64_t head = 0;  // producer thread: end of the newest staging region
-  // Guarded by mu_: start of the oldest region still in use, and the ids of the entries
-  // owning regions, oldest first.
-  uint64_t tail = 0;
-  std::deque<uint64_t> regions;
-  // Space taken over from regions whose copies had not completed, up to guard_end: the
-  // stream of the record that took it over waits for guard_event (the `done` of entry
-  // guard_id), and so must every stream whose region reaches into that space later.
-  EventHandle guard_event = nullptr;
-  uint64_t guard_id = 0;
-  uint64_t guard_end = 0;
-  // Statistics counters (kCounterWords, or none): the producer takes them in order; the
-  // completion thread releases those of each completed record.
-  uint32_t* counters = nullptr;
-  uint64_t next_counter = 0;
-  std::atomic<uint64_t> counters_released{0};
-};
-
 DevicePipeline::DevicePipeline(std::shared_ptr<DeviceApi> api, ipc::RingProducer& ring,
                                uint64_t staging_bytes)
     : api_(std::move(api)),
@@ -118,6 +98,7 @@ DevicePipeline::~DevicePipeline() {
     DeviceGuard guard(*api_, device);
     if (dev->staging != nullptr) api_->free(dev->staging);
     if (dev->counters != nullptr) api_->free(dev->counters);
+    if (dev->fill_event != nullptr) api_->destroyEvent(dev->fill_event);
     if (dev->copy_stream != nullptr) api_->destroyStream(dev->copy_stream);
   }
   for (EventHandle e : free_events_) api_->destroyEvent(e);
@@ -198,6 +179,19 @@ Result<uint64_t> DevicePipeline::allocateStaging(DeviceState& dev, uint64_t byte
       // Its `done` event exists once the issuer enqueued the copy: wait for that. Meanwhile
       // the completion thread may free regions, this one included: look again after.
       const uint64_t oldest = dev.regions.front();
+      if (entryLocked(oldest).hold == Hold::kFilling) {
+        // A fetch is copying it out: wait for that (a trigger's rare, bounded pause).
+        const auto waited_from = std::chrono::steady_clock::now();
+        while (!dev.regions.empty() && dev.regions.front() == oldest &&
+               entryLocked(oldest).hold == Hold::kFilling) {
+          fill_cv_.wait(&mu_);
+        }
+        submit_wait_ns_ += nanosSince(waited_from);
+        continue;
+      }
+      // A held snapshot no fetch asked for: the oldest gives way (training never waits for
+      // the recorder).
+      if (entryLocked(oldest).hold == Hold::kHeld) dropHeldLocked(entryLocked(oldest));
       if (!entryLocked(oldest).issued) {
         const auto waited_from = std::chrono::steady_clock::now();
         while (!dev.regions.empty() && dev.regions.front() == oldest &&
@@ -250,8 +244,10 @@ uint32_t* DevicePipeline::takeCounter(DeviceState& dev) {
 }
 
 uint64_t DevicePipeline::stagingBytes(const DeviceCopy& c) const {
-  if (!c.statistics) return ipc::alignUp(c.bytes, kStagingAlign);
-  return ipc::alignUp(api_->statisticsScratchBytes(c.elements), kStagingAlign);
+  const uint64_t scratch = ipc::alignUp(api_->statisticsScratchBytes(c.elements), kStagingAlign);
+  if (c.statistics) return scratch;
+  if (c.deferred) return ipc::alignUp(c.bytes, kStagingAlign) + scratch;
+  return ipc::alignUp(c.bytes, kStagingAlign);
 }
 
 void* DevicePipeline::ringOnDevice(std::byte* ring_dst) const {
@@ -276,13 +272,26 @@ Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
           !s) {
         return s;
       }
+    } else if (c.deferred) {
+      // The snapshot stays in staging until a fetch; the statistics go to the record now
+      // (the recorder's NaN/infinity check reads them).
+      if (Status s = api_->snapshotAsync(p, c.device_src, c.bytes, stream); !s) return s;
+      std::byte* scratch = p + ipc::alignUp(c.bytes, kStagingAlign);
+      if (Status s =
+              api_->statisticsAsync(ringOnDevice(c.ring_dst - ipc::kDeferredHeaderBytes), scratch,
+                                    takeCounter(dev), c.device_src, c.elements, c.dtype, stream);
+          !s) {
+        return s;
+      }
+      e.held.push_back(DeviceCopy{c.ring_dst, p, c.bytes});
     } else {
       if (Status s = api_->snapshotAsync(p, c.device_src, c.bytes, stream); !s) return s;
       e.copies.push_back(DeviceCopy{c.ring_dst, p, c.bytes});
     }
     p += stagingBytes(c);
   }
-  if (e.copies.empty()) return api_->recordEvent(e.done, stream);  // statistics only
+  if (!e.held.empty()) e.hold = Hold::kHeld;
+  if (e.copies.empty()) return api_->recordEvent(e.done, stream);  // nothing for the issuer
   auto snap = takeEvent();
   if (!snap) return snap.error();
   e.snap = snap.value();
@@ -294,7 +303,11 @@ Status DevicePipeline::enqueueStaged(DeviceState& dev, StreamHandle stream,
 Status DevicePipeline::enqueueDirect(DeviceState& dev, StreamHandle stream,
                                      std::span<const DeviceCopy> copies, Entry& e) {
   uint64_t stats_total = 0;
-  for (const DeviceCopy& c : copies) stats_total += c.statistics ? stagingBytes(c) : 0;
+  for (const DeviceCopy& c : copies) {
+    if (c.statistics || c.deferred) {
+      stats_total += ipc::alignUp(api_->statisticsScratchBytes(c.elements), kStagingAlign);
+    }
+  }
   std::byte* p = nullptr;
   if (stats_total != 0) {
     if (stats_total > dev.capacity) {
@@ -315,11 +328,28 @@ Status DevicePipeline::enqueueDirect(DeviceState& dev, StreamHandle stream,
         return s;
       }
       p += stagingBytes(c);
-    } else if (Status s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, stream); !s) {
-      return s;
+      continue;
+    }
+    if (Status s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, stream); !s) return s;
+    if (c.deferred) {
+      // Too large to hold: copied now, with the statistics the recorder's check reads.
+      if (Status s =
+              api_->statisticsAsync(ringOnDevice(c.ring_dst - ipc::kDeferredHeaderBytes), p,
+                                    takeCounter(dev), c.device_src, c.elements, c.dtype, stream);
+          !s) {
+        return s;
+      }
+      p += ipc::alignUp(api_->statisticsScratchBytes(c.elements), kStagingAlign);
     }
   }
-  return api_->recordEvent(e.done, stream);
+  if (Status s = api_->recordEvent(e.done, stream); !s) return s;
+  // The daemon reads nothing of the record before it is committed, which is after `done`.
+  std::vector<DeviceCopy> filled;
+  for (const DeviceCopy& c : copies) {
+    if (c.deferred) filled.push_back(c);
+  }
+  setDeferredState(filled, ipc::kDeferredFilled);
+  return {};
 }
 
 Status DevicePipeline::prepare(int device) {
@@ -331,7 +361,8 @@ Status DevicePipeline::prepare(int device) {
 }
 
 Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream,
-                              std::span<const DeviceCopy> copies, uint32_t tensors) {
+                              std::span<const DeviceCopy> copies, uint32_t tensors,
+                              uint32_t iteration, uint64_t ring_end) {
   const auto submit_start = std::chrono::steady_clock::now();
   submit_wait_ns_ = 0;
   // Nothing enqueued yet: the record is voided at once (published in its turn).
@@ -365,6 +396,8 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   e.dev = &dev;
   e.done = done.value();
   e.tensors = tensors;
+  e.iteration = iteration;
+  e.ring_end = ring_end;
   // Snapshots need device_staging_bytes; statistics fit in the small area kept without it.
   const bool staged = total <= dev.capacity && (staging_bytes_ != 0 || only_statistics);
   const auto enqueue_start = std::chrono::steady_clock::now();
@@ -392,9 +425,17 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
     noteErrorLocked(s.error().message);
     e.failed = true;
     e.issued = true;
+    e.hold = e.hold == Hold::kHeld ? Hold::kReleased : e.hold;
+  }
+  bool wake_issuer = false;
+  if (e.hold == Hold::kHeld) {
+    // The first held record: the issuer starts looking for fetches.
+    wake_issuer = ++counters_.deferred_records == 1;
+    // A fetch already covers it (reserved before the producer saw the request): copy soon.
+    if (fetchCoversLocked(e)) fill_due_ = true;
   }
   const uint64_t id = front_id_ + entries_.size();
-  const bool to_issue = !e.issued;
+  const bool to_issue = !e.issued || fill_due_ || wake_issuer;
   entries_.push_back(std::move(e));
   if (entries_.back().staging_end != 0) dev.regions.push_back(id);
   if (to_issue) issue_cv_.signal();
@@ -428,20 +469,14 @@ void DevicePipeline::completionLoop() {
     if (!s) noteErrorLocked(s.error().message);
     if (!s || e.failed) {
       e.failed = true;
+      if (e.hold == Hold::kHeld) e.hold = Hold::kReleased;  // nothing to fetch
       ++counters_.failed_records;
       ring_.voidRecord(e.sequence, e.tensors);
     } else {
       ring_.commit(e.sequence);
     }
     // Staging of this device freed in order: regions whose copies completed.
-    DeviceState& dev = *e.dev;
-    while (!dev.regions.empty()) {
-      Entry& old = entryLocked(dev.regions.front());
-      if (!old.completed) break;
-      dev.tail = old.staging_end;
-      old.reclaimed = true;
-      dev.regions.pop_front();
-    }
+    reclaimLocked(*e.dev);
     ++next_complete_;
     popFinishedLocked();
     done_cv_.signalAll();
@@ -457,9 +492,18 @@ void DevicePipeline::issuerLoop() {
            (next_issue_ < front_id_ || entryLocked(next_issue_).issued)) {
       ++next_issue_;
     }
+    if (fetchDueLocked()) {
+      fillLocked(current);
+      continue;
+    }
     if (next_issue_ == front_id_ + entries_.size()) {
       if (stop_) return;
-      issue_cv_.wait(&mu_);
+      if (counters_.deferred_records == 0) {
+        issue_cv_.wait(&mu_);
+      } else {
+        // Records are held: look for the daemon's fetch request now and then.
+        issue_cv_.waitUntil(&mu_, std::chrono::steady_clock::now() + kFetchPoll);
+      }
       continue;
     }
     uint64_t bytes = 0;
@@ -503,6 +547,16 @@ void DevicePipeline::issuerLoop() {
     ++next_issue_;
     issued_cv_.signalAll();
     work_cv_.signal();
+  }
+}
+
+void DevicePipeline::reclaimLocked(DeviceState& dev) {
+  while (!dev.regions.empty()) {
+    Entry& old = entryLocked(dev.regions.front());
+    if (!old.completed || old.hold == Hold::kHeld || old.hold == Hold::kFilling) break;
+    dev.tail = old.staging_end;
+    old.reclaimed = true;
+    dev.regions.pop_front();
   }
 }
 

@@ -16,8 +16,15 @@
 // record (the ring is mapped into the devices' address space), so a record of statistics
 // only costs the producer the launches and one event, and the issuer nothing.
 //
+// Deferred copies (DeviceCopy::deferred, a flight recorder's unselected iteration) take a
+// snapshot and statistics (into the record's DeferredPayload) but no device-to-host copy: the
+// snapshot's staging region is held after the record is committed. When the daemon fetches
+// (RingControl::fetch_*), the issuer copies the held regions into their records and marks
+// them filled; when staging needs the space first, the oldest held region is given up and its
+// record marked lost (docs/recorder.md, "Keeping CUDA tensors on the device").
+//
 // Threading: submit() and the other calls belong to the client's producer thread; the
-// completion thread is internal. See docs/architecture.md ("Device tensors").
+// completion and issuer threads are internal. See docs/architecture.md ("Device tensors").
 #pragma once
 
 #include <cstdint>
@@ -45,6 +52,10 @@ struct DeviceCopy {
   bool statistics = false;
   DType dtype = DType::kUInt8;
   uint64_t elements = 0;
+  // Kept on the device: ring_dst is the bytes area of a PayloadKind::kDeferred payload, whose
+  // ipc::DeferredPayload header (statistics of `elements` of `dtype`, state) lies right
+  // before it. Copied when the daemon fetches it.
+  bool deferred = false;
 };
 
 struct PipelineCounters {
@@ -54,6 +65,13 @@ struct PipelineCounters {
   uint64_t staging_waits = 0;   // times a producer stream had to wait for staging space
   uint64_t failed_records = 0;  // voided because a device operation failed
   uint64_t statistics = 0;      // tensors whose statistics were computed on the device
+  // Flight recorder: records whose tensors were kept on the device, of which later copied to
+  // the ring for a fetch.
+  // deferred_dropped: held snapshots given up for staging space (usually of iterations the
+  // recorder no longer keeps) or because their fetch failed.
+  uint64_t deferred_records = 0;
+  uint64_t deferred_filled = 0;
+  uint64_t deferred_dropped = 0;
   // Producer thread time in submit(), in the runtime calls it made, and blocked on the
   // issuer for staging space (nanoseconds, summed).
   uint64_t submit_ns = 0;
@@ -72,8 +90,14 @@ class DevicePipeline {
   // Enqueues the copies of reserved record `sequence` (holding `tensors` tensors), whose
   // device tensors all live on `device` and were produced on `stream`. Returns once they are
   // enqueued. On error nothing of the record will be written: the caller voids it.
+  // `iteration` and `ring_end` (the reserve head after the record) matter for deferred
+  // copies only: which fetch covers them, and whether the daemon released the record.
   Status submit(uint64_t sequence, int device, StreamHandle stream,
-                std::span<const DeviceCopy> copies, uint32_t tensors);
+                std::span<const DeviceCopy> copies, uint32_t tensors, uint32_t iteration = 0,
+                uint64_t ring_end = 0);
+  // Whether a record whose deferred copies need `bytes` of staging (snapshots and scratch)
+  // would be held on the device (else it is copied at once, as `deferred` allows).
+  bool holds(uint64_t bytes) const { return staging_bytes_ != 0 && bytes <= staging_bytes_ / 2; }
   // Pins the ring and sets up `device` (copy stream, staging) now instead of at its first
   // record: both take long (pinning a large ring: hundreds of ms).
   Status prepare(int device);
@@ -86,6 +110,9 @@ class DevicePipeline {
 
  private:
   struct DeviceState;
+  // A deferred record's staging region: held from submit until a fetch copies it (kFilling,
+  // then kReleased) or staging needs the space (kReleased, record marked lost).
+  enum class Hold : uint8_t { kNone, kHeld, kFilling, kReleased };
   struct Entry {
     uint64_t sequence = 0;
     DeviceState* dev = nullptr;
@@ -100,6 +127,10 @@ class DevicePipeline {
     bool completed = false;
     bool reclaimed = true;  // its staging region is free (true when it has none)
     bool failed = false;
+    Hold hold = Hold::kNone;
+    std::vector<DeviceCopy> held;  // deferred: staging (device_src) -> ring bytes area
+    uint32_t iteration = 0;
+    uint64_t ring_end = 0;
   };
 
   Result<DeviceState*> stateFor(int device);
@@ -122,6 +153,22 @@ class DevicePipeline {
                        Entry& e);
   void completionLoop();
   void issuerLoop();
+  // Frees `dev`'s staging regions, oldest first, whose copies completed and which are not
+  // held for a fetch.
+  void reclaimLocked(DeviceState& dev) REQUIRES(mu_);
+  // Gives up held entry `e` for staging space (producer thread): marks its record lost
+  // unless the daemon already released it.
+  void dropHeldLocked(Entry& e) REQUIRES(mu_);
+  // Issuer: reads the daemon's fetch request; true when held entries are to be copied now.
+  bool fetchDueLocked() REQUIRES(mu_);
+  // Issuer: copies the held entries a fetch covers into their records, waits for the
+  // copies (without mu_), marks the records filled. `current`: the issuer's device.
+  void fillLocked(int& current) REQUIRES(mu_);
+  bool fetchCoversLocked(const Entry& e) const REQUIRES(mu_) {
+    return fetch_generation_ != 0 && e.sequence >= fetch_from_ && e.iteration <= fetch_through_;
+  }
+  // Stores `state` into the DeferredPayload header of each of `copies`.
+  static void setDeferredState(const std::vector<DeviceCopy>& copies, uint64_t state);
   Entry& entryLocked(uint64_t id) REQUIRES(mu_) { return entries_[id - front_id_]; }
   void popFinishedLocked() REQUIRES(mu_);
   void noteErrorLocked(const std::string& message) REQUIRES(mu_);
@@ -153,6 +200,13 @@ class DevicePipeline {
   CondVar issue_space_cv_;
   std::vector<EventHandle> free_events_ GUARDED_BY(mu_);
   PipelineCounters counters_ GUARDED_BY(mu_);
+  // The daemon's fetch request last read (RingControl::fetch_*), and whether held entries it
+  // covers may be waiting (a fetch came, or a covered entry was submitted since).
+  uint32_t fetch_generation_ GUARDED_BY(mu_) = 0;
+  uint32_t fetch_through_ GUARDED_BY(mu_) = 0;
+  uint64_t fetch_from_ GUARDED_BY(mu_) = 0;
+  bool fill_due_ GUARDED_BY(mu_) = false;
+  CondVar fill_cv_;  // producer: a fill ended (a held region it needs is free)
   std::string error_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread completion_;

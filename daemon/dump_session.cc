@@ -181,6 +181,13 @@ bool DumpSession::setUp() {
         if (auto s = weak.lock()) s->onRecordsDone();
       });
   drain_->setRuntimeSelection(selection_);
+  drain_->setDeviceStaging(hello_.device_staging_bytes());
+  // Session thread (a fetch of tensors kept on the client's device waits on this).
+  drain_->setProducerAlive([weak] {
+    auto s = weak.lock();
+    return s != nullptr && !s->stop_.load() && !s->producer_lost_.load() && !s->goodbye_.load() &&
+           !s->producerExited();
+  });
   drain_->setOnRecorderStopped([weak] {
     if (auto s = weak.lock()) {
       asio::post(s->ctx_.io, [s] { s->recorderStopped(); });

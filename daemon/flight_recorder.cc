@@ -35,6 +35,7 @@ std::string TriggerEvent::toJsonLine(uint64_t time_us, uint32_t rank) const {
     j["losses"] = std::move(l);
   }
   j["iterations_written"] = written;
+  if (device_tensors_lost != 0) j["device_tensors_lost"] = device_tensors_lost;
   // Names and reasons come from the client: invalid UTF-8 is replaced, never refused.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -38,6 +38,9 @@ struct TriggerEvent {
   std::string tensor;             // nan/inf: "output 0"
   std::vector<double> losses;     // loss_spike: the window, oldest first, the new loss last
   std::vector<uint32_t> written;  // iterations written, oldest first
+  // Tensors the client kept on its device that never reached the host (crash: the device
+  // memory went with the process; or the snapshot was given up for staging space).
+  uint64_t device_tensors_lost = 0;
 
   // One line of triggers.jsonl (without the newline). `time_us`: wall clock.
   std::string toJsonLine(uint64_t time_us, uint32_t rank) const;
@@ -63,6 +66,8 @@ class FlightRecorder {
   bool exhausted() const { return !recording_.load(std::memory_order_relaxed); }
   // Whether iterations after `iteration` are still to be written for a trigger.
   bool writesAfter(uint32_t iteration) const { return window_ && window_->last > iteration; }
+  // The last iteration the current trigger writes (0: none).
+  uint32_t windowLast() const { return window_ ? window_->last : 0; }
   // dumpctl control --recorder on|off.
   void setEnabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
   // True for the iterations a trigger writes as they come (the `after_steps` after it, and

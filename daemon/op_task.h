@@ -18,6 +18,7 @@ namespace dumpd::daemon {
 
 struct OpTask {
   ipc::DecodedOp op;
+  uint64_t sequence = 0;  // the ring record's
   std::vector<storage::TensorView> views;
   // Device statistics, copied out of shared memory (sized once: views point into it).
   std::vector<storage::StatSums> sums;
@@ -33,6 +34,19 @@ struct OpTask {
   static constexpr uint32_t kNoView = UINT32_MAX;
   uint32_t nan_view = kNoView;
   uint32_t inf_view = kNoView;
+
+  // Tensors the client keeps on its device (PayloadKind::kDeferred): their views carry the
+  // device statistics (`sums`) and no bytes until the client fills them in the ring
+  // (RingDrain::fetchDeferred). Pointers into the ring.
+  struct Deferred {
+    uint32_t view;
+    const std::byte* bytes;
+    uint64_t size;
+    const uint64_t* state;  // ipc::DeferredPayload::state
+  };
+  std::vector<Deferred> deferred;
+  // The client never answered the fetch: not written, its ring space held to the end.
+  bool abandoned = false;
 };
 
 }  // namespace dumpd::daemon

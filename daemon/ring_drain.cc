@@ -140,6 +140,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     const auto elements = elementCount(op.shape(t));
     const bool sums = t.payload == ipc::PayloadKind::kStatistics;
     const bool repeat = t.payload == ipc::PayloadKind::kSame;
+    const bool deferred = t.payload == ipc::PayloadKind::kDeferred;
     if (repeat && plan_.op_debug_mode == 3) {
       return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
                   std::string(op.opName()) +
@@ -151,7 +152,9 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
                   " carries device statistics, but the job needs its bytes (saved_data, "
                   "statistic_category or dtype)");
     }
-    if (!elements || (!sums && !repeat && sourceBytes(dtype, *elements) != t.data_bytes)) {
+    if (deferred && !deferredPayloadValid(r.sequence, op, t, dtype, elements)) return false;
+    if (!elements ||
+        (!sums && !repeat && !deferred && sourceBytes(dtype, *elements) != t.data_bytes)) {
       return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
                   std::string(op.opName()) + " has " + std::to_string(t.data_bytes) +
                   " bytes, which does not match its shape and dtype");
@@ -159,7 +162,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     // Payloads are copied once out of shared memory and that copy is checked and used: the
     // client may change the ring meanwhile.
     ipc::StatsPayload stats{};
-    if (sums) {
+    if (sums || deferred) {
       std::memcpy(&stats, t.data, sizeof stats);
       if (std::string why = ipc::statsPayloadProblem(stats, *elements); !why.empty()) {
         return fail("record " + std::to_string(r.sequence) + ": the device statistics of a " +
@@ -192,10 +195,16 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
       if (source == nullptr) continue;  // counted as failed, with a warning
       v.same_as = source.get();
       task->memos.push_back(std::move(source));
-    } else if (sums) {
+    } else if (sums || deferred) {
       if (task->sums.empty()) task->sums.reserve(op.tensors.size());
       task->sums.push_back(sumsFromWire(stats));
       v.sums = &task->sums.back();
+      if (deferred) {
+        task->deferred.push_back(
+            {static_cast<uint32_t>(task->views.size()), t.data + ipc::kDeferredHeaderBytes,
+             t.data_bytes - ipc::kDeferredHeaderBytes,
+             reinterpret_cast<const uint64_t*>(t.data + offsetof(ipc::DeferredPayload, state))});
+      }
     } else {
       v.data = std::span<const std::byte>(t.data, t.data_bytes);
     }
@@ -216,6 +225,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     return true;
   }
   task->bytes = bytes;
+  task->sequence = r.sequence;
   largest_record_ = std::max<uint64_t>(largest_record_, r.body_bytes);
   const uint64_t slot = release_.push(r.end, r.sequence, false);
   if (kept) {
@@ -223,6 +233,13 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     return true;
   }
   if (recorder_writes) task->saved_data = recorder_->plan().saved_data;
+  if (!task->deferred.empty()) {
+    // Written now (after a trigger): its bytes come from the client's device first.
+    fetchDeferred({task.get()}, recorder_writes ? recorder_->windowLast() : op.iteration);
+    release_.hold(slot);
+    writeFetched(std::move(task), slot);
+    return true;
+  }
   submitWrite(std::move(task), slot);
   return true;
 }
@@ -480,6 +497,9 @@ void RingDrain::finish(bool producer_lost, bool may_fire) {
     }
   }
   if (recorder_) releaseKept(recorder_->releaseAll());
+  // Records whose device tensors the client never sent: the ring goes away with the session.
+  for (uint64_t slot : abandoned_slots_) release_.markDone(slot);
+  abandoned_slots_.clear();
   const bool step_written =
       selected(step_iteration_) || (recorder_ && recorder_->writes(step_iteration_));
   if (have_step_ && (step_written || writer_->listsEveryIteration())) {

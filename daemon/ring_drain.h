@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -80,6 +82,11 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Runtime control: the selections clients name in their step marks (set before the first
   // record is handled).
   void setRuntimeSelection(std::shared_ptr<const RuntimeSelection> s) { selection_ = std::move(s); }
+  // Whether the client can still answer a fetch of tensors it keeps on its device (false
+  // once it exited, said Goodbye, or the session is stopping). Session thread.
+  void setProducerAlive(std::function<bool()> f) { producer_alive_ = std::move(f); }
+  // The client's device staging (Hello): the recorder's sizing warning covers it too.
+  void setDeviceStaging(uint64_t bytes) { device_staging_ = bytes; }
   // Called (session thread) when the flight recorder stops after max_triggers.
   void setOnRecorderStopped(std::function<void()> f) { on_recorder_stopped_ = std::move(f); }
   // Journals `line` in .dump_metadata/`name` (session thread); failures become warnings.
@@ -139,6 +146,21 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
     return (recorder_ ? recorder_->largestIterationBytes() : 0) +
            2 * (largest_record_ + 2 * ipc::kRecordAlign);
   }
+  // Tensors kept on the client's device (ring_drain_deferred.cc), session thread.
+  // Checks a PayloadKind::kDeferred tensor's size, dtype and flags; false (after fail())
+  // when the record is corrupt.
+  bool deferredPayloadValid(uint64_t sequence, const ipc::DecodedOp& op,
+                            const ipc::DecodedTensor& t, DType dtype,
+                            const std::optional<uint64_t>& elements);
+  // Asks the client for the deferred tensors of `tasks` (records up to iteration
+  // `through_iteration` are to be sent whole from now on) and waits, bounded, until each is
+  // filled or lost. Filled views get their bytes; lost ones are removed and counted as
+  // failed; a task the client never answered for is marked abandoned. Returns the tensors
+  // lost.
+  uint64_t fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t through_iteration);
+  // Writes a task fetchDeferred resolved, held at `slot`: to the writers, or released when
+  // nothing of it is left, or held to the end when abandoned.
+  void writeFetched(std::shared_ptr<OpTask> task, uint64_t slot);
   // Warns once, after the first recorded step, when the ring or max_bytes cannot hold
   // `steps` iterations like the largest recorded so far.
   void checkRecorderSizing();
@@ -193,6 +215,17 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   CondVar checks_cv_;
   uint64_t checks_ GUARDED_BY(checks_mu_) = 0;  // checks submitted, not done
   uint64_t largest_record_ = 0;                 // ring bytes of the largest record seen
+  std::function<bool()> producer_alive_;
+  uint64_t device_staging_ = 0;
+  // Staging bytes the client holds for each recorded iteration (its deferred tensors), and
+  // the largest so far.
+  uint32_t deferred_iteration_ = 0;
+  uint64_t deferred_iteration_bytes_ = 0;
+  uint64_t largest_deferred_iteration_ = 0;
+  // A fetch the client did not answer in time: later ones do not wait. The slots of its
+  // records stay held until finish() (a late copy may still land there).
+  bool fetch_unanswered_ = false;
+  std::vector<uint64_t> abandoned_slots_;
 };
 
 }  // namespace dumpd::daemon

@@ -50,6 +50,14 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
   // Held at once: the ring keeps its bytes, but flushes need not wait for it.
   release_.hold(slot);
   const uint32_t iteration = task->op.iteration;
+  if (!task->deferred.empty()) {
+    if (iteration != deferred_iteration_) deferred_iteration_bytes_ = 0;
+    deferred_iteration_ = iteration;
+    for (const OpTask::Deferred& d : task->deferred) {
+      deferred_iteration_bytes_ += ipc::alignUp(d.size, 256);  // the client's staging alignment
+    }
+    largest_deferred_iteration_ = std::max(largest_deferred_iteration_, deferred_iteration_bytes_);
+  }
   std::shared_ptr<OpTask> to_check = recorder_->checksValues() ? task : nullptr;
   // What keeping it costs: its ring bytes and the daemon memory of its decoded descriptor.
   const uint64_t cost = ring_bytes + sizeof(OpTask) + sizeof(KeptRecord) + 256 +
@@ -150,6 +158,20 @@ void RingDrain::fire(TriggerEvent e) {
   std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
   kept_memos_.clear();  // all of them are written now, in order
   const config::SavedData saved = recorder_->plan().saved_data;
+  // After a crash no iteration comes any more.
+  const uint32_t after =
+      e.kind == config::RecorderTrigger::kCrash ? 0 : recorder_->plan().after_steps;
+  // Tensors the client kept on its device come over first (after a crash they are lost);
+  // records of the iterations up to the last one written are sent whole from now on.
+  std::vector<OpTask*> deferred;
+  for (FlightRecorder::Kept::Iteration& it : kept) {
+    for (KeptRecord& r : it.items) {
+      if (!r.task->deferred.empty()) deferred.push_back(r.task.get());
+    }
+  }
+  const auto through =
+      static_cast<uint32_t>(std::min<uint64_t>(uint64_t{e.iteration} + after, UINT32_MAX));
+  e.device_tensors_lost = fetchDeferred(deferred, through);
   std::set<std::pair<uint32_t, uint32_t>> to_complete;  // (graph, iteration)
   for (FlightRecorder::Kept::Iteration& it : kept) {
     for (KeptRecord& r : it.items) {
@@ -158,8 +180,7 @@ void RingDrain::fire(TriggerEvent e) {
       if (it.number != e.iteration || r.task->op.graph_id != step_graph_) {
         to_complete.emplace(r.task->op.graph_id, it.number);
       }
-      release_.write(r.slot);
-      submitWrite(std::move(r.task), r.slot);
+      writeFetched(std::move(r.task), r.slot);
     }
   }
   // Earlier iterations are complete: finish their directories once written. The one the
@@ -171,9 +192,6 @@ void RingDrain::fire(TriggerEvent e) {
     }
   }
   if (e.written.empty() || e.written.back() != e.iteration) e.written.push_back(e.iteration);
-  // After a crash no iteration comes any more.
-  const uint32_t after =
-      e.kind == config::RecorderTrigger::kCrash ? 0 : recorder_->plan().after_steps;
   for (uint32_t i = 1; i <= after; ++i) {
     if (e.iteration + i < e.iteration) break;  // wraps
     e.written.push_back(e.iteration + i);
@@ -201,6 +219,13 @@ void RingDrain::checkRecorderSizing() {
   } else if (iteration * steps > recorder_->plan().max_bytes) {
     why = "flight_recorder.max_bytes cannot hold " + std::to_string(steps) + " iterations of " +
           mib(iteration) + " MiB";
+  } else if (const uint64_t device = largest_deferred_iteration_ * steps;
+             device != 0 && device > device_staging_) {
+    // A quarter more: the statistics' scratch and the snapshots of the step in flight.
+    why = "the device staging (" + std::to_string(device_staging_) + " bytes) cannot hold " +
+          std::to_string(steps) + " iterations of " + std::to_string(largest_deferred_iteration_) +
+          " bytes of CUDA tensors kept on the device; raise device_staging_bytes to " +
+          std::to_string(device + device / 4);
   }
   if (why.empty()) return;
   spdlog::warn("session {}: flight recorder: {}", id_, why);

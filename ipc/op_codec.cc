@@ -55,6 +55,11 @@ Status checkOpSpec(const OpSpec& op) {
       return makeError(ErrorCode::kInvalidArgument,
                        "a same-as payload is " + std::to_string(sizeof(SamePayload)) + " bytes");
     }
+    if (t.payload == PayloadKind::kDeferred && t.data_bytes < kDeferredHeaderBytes) {
+      return makeError(ErrorCode::kInvalidArgument, "a deferred payload starts with a " +
+                                                        std::to_string(kDeferredHeaderBytes) +
+                                                        "-byte header");
+    }
   }
   return {};
 }
@@ -139,7 +144,7 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     if (d.ndim > kMaxDims) return bad("tensor with " + std::to_string(d.ndim) + " dims");
     const uint8_t kind = d.io >> kPayloadKindShift;
     if ((d.io & ~(kIoBit | kMemoBit) & ((1u << kPayloadKindShift) - 1)) != 0 ||
-        kind > static_cast<uint8_t>(PayloadKind::kSame)) {
+        kind > static_cast<uint8_t>(PayloadKind::kDeferred)) {
       return bad("io value " + std::to_string(d.io));
     }
     if (d.format_len > kMaxFormatBytes) return bad("format longer than 64 bytes");
@@ -177,6 +182,10 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     if (t.payload == PayloadKind::kSame && d.data_bytes != sizeof(SamePayload)) {
       return bad("same-as payload of tensor " + std::to_string(i) + " is " +
                  std::to_string(d.data_bytes) + " bytes");
+    }
+    if (t.payload == PayloadKind::kDeferred && d.data_bytes < kDeferredHeaderBytes) {
+      return bad("deferred payload of tensor " + std::to_string(i) + " is " +
+                 std::to_string(d.data_bytes) + " bytes, shorter than its header");
     }
     t.data = body + d.data_offset;
     t.data_bytes = d.data_bytes;

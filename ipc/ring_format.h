@@ -18,8 +18,9 @@ inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" lit
 // 2: futex wake words, closing/busy flags. 3: kVoid records (reservations committed out of
 // order by the client's device pipeline, and given up when a device copy fails). 4: tensor
 // payload kinds (TensorDesc::io bits 4..7): statistics computed on the device. 5: dump-once
-// references (PayloadKind::kSame, TensorDesc::io bit 1).
-inline constexpr uint32_t kRingVersion = 5;
+// references (PayloadKind::kSame, TensorDesc::io bit 1). 6: tensors kept on the device
+// (PayloadKind::kDeferred) and the daemon's fetch request (RingControl::fetch_*).
+inline constexpr uint32_t kRingVersion = 6;
 inline constexpr size_t kRingControlBytes = 4096;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr uint64_t kMinRingBytes = 64 * 1024;
@@ -62,6 +63,14 @@ struct RingControl {
   // device copies fill them). With `closing` it forms a Dekker handshake: either
   // the producer sees closing and refuses, or the daemon sees busy and waits for the commit.
   alignas(64) std::atomic<uint32_t> producer_busy;
+  // Daemon-owned: the flight recorder's fetch request (docs/recorder.md, "Keeping CUDA
+  // tensors on the device"). The daemon stores from_sequence and through_iteration, then
+  // release-stores a new generation (0: none yet). The client then copies every tensor it
+  // keeps on the device for a record at or after from_sequence into that record, and keeps
+  // no tensor of an iteration up to through_iteration on the device any more.
+  alignas(64) std::atomic<uint32_t> fetch_generation;
+  std::atomic<uint32_t> fetch_through_iteration;
+  std::atomic<uint64_t> fetch_from_sequence;
 };
 static_assert(sizeof(RingControl) <= kRingControlBytes);
 static_assert(offsetof(RingControl, head) == 64);
@@ -73,6 +82,9 @@ static_assert(offsetof(RingControl, space_wake) == 260);
 static_assert(offsetof(RingControl, dropped_records) == 320);
 static_assert(offsetof(RingControl, closing) == 384);
 static_assert(offsetof(RingControl, producer_busy) == 448);
+static_assert(offsetof(RingControl, fetch_generation) == 512);
+static_assert(offsetof(RingControl, fetch_through_iteration) == 516);
+static_assert(offsetof(RingControl, fetch_from_sequence) == 520);
 
 enum class RecordKind : uint16_t {
   kPad = 1,      // skip to the start of the data area (wrap-around filler)
@@ -129,6 +141,9 @@ enum class PayloadKind : uint8_t {
   kBytes = 0,       // the tensor's bytes (sourceBytes(dtype, elements))
   kStatistics = 1,  // one StatsPayload: the producer computed the statistics on its device
   kSame = 2,        // one SamePayload: the bytes of an earlier tensor of the same step
+  // A DeferredPayload, then the tensor's bytes once its state says so: a flight recorder
+  // keeps the tensor on the device until a trigger asks for it.
+  kDeferred = 3,
 };
 inline constexpr uint8_t kIoBit = 0x01;
 // Dump once: later tensors of the same step may name this one in a SamePayload. The daemon
@@ -165,6 +180,23 @@ struct StatsPayload {
   uint64_t reserved;  // zero
 };
 static_assert(sizeof(StatsPayload) == 96);
+
+// PayloadKind::kDeferred: the producer's device computed the statistics (for the recorder's
+// NaN/infinity check) and keeps a snapshot of the bytes, which it copies to
+// kDeferredHeaderBytes after this header when the daemon fetches them (RingControl::fetch_*),
+// then release-stores `state` kDeferredFilled. kDeferredLost: the snapshot was given up for
+// device staging space. The daemon reads `state` with acquire and never trusts it further
+// than "the bytes are there now".
+struct DeferredPayload {
+  StatsPayload stats;
+  uint64_t state;  // kDeferredOnDevice, kDeferredFilled, kDeferredLost (std::atomic_ref)
+  uint64_t reserved[3];
+};
+static_assert(sizeof(DeferredPayload) == 128);
+inline constexpr uint64_t kDeferredHeaderBytes = sizeof(DeferredPayload);
+inline constexpr uint64_t kDeferredOnDevice = 0;
+inline constexpr uint64_t kDeferredFilled = 1;
+inline constexpr uint64_t kDeferredLost = 2;
 
 inline constexpr uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

@@ -412,6 +412,15 @@ void RingConsumer::setClosing() {
   futexBumpAndWake(control()->data_wake);
 }
 
+void RingConsumer::requestFetch(uint64_t from_sequence, uint32_t through_iteration) {
+  RingControl* c = control();
+  c->fetch_from_sequence.store(from_sequence, std::memory_order_relaxed);
+  c->fetch_through_iteration.store(through_iteration, std::memory_order_relaxed);
+  if (++fetch_generation_ == 0) ++fetch_generation_;  // 0 means "none yet"
+  // Release: a producer that acquire-loads the generation sees the fields above.
+  c->fetch_generation.store(fetch_generation_, std::memory_order_release);
+}
+
 bool RingConsumer::producerBusy() const {
   return control()->producer_busy.load(std::memory_order_seq_cst) != 0;
 }

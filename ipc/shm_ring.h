@@ -72,6 +72,9 @@ class RingProducer {
   std::byte* tryReserve(RecordKind kind, uint64_t body_bytes);
   // Sequence number of the newest reservation.
   uint64_t reservedSequence() const { return reserved_sequence_; }
+  // Ring position after the newest reservation: the daemon has released that record once
+  // RingControl::tail reaches it.
+  uint64_t reservedEnd() const { return reserve_head_; }
   // Commits the newest reservation (the host-copy path). Returns its sequence number.
   uint64_t commit();
   // Marks reservation `sequence` filled; publishes it with every filled reservation after
@@ -168,6 +171,10 @@ class RingConsumer {
   void setClosing();
   // True while the producer is between checking `closing` and committing a record.
   bool producerBusy() const;
+  // The flight recorder's fetch (RingControl::fetch_*): asks the producer for the tensors it
+  // keeps on its device for records from `from_sequence` on, and to keep none of iterations
+  // up to `through_iteration` any more. The consumer's thread.
+  void requestFetch(uint64_t from_sequence, uint32_t through_iteration);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t usedBytes() const;  // committed and not yet released
@@ -188,6 +195,7 @@ class RingConsumer {
   // (serialised by the caller) while next() runs on the consumer thread.
   std::atomic<uint64_t> released_{0};
   uint64_t expect_sequence_ = 1;
+  uint32_t fetch_generation_ = 0;
   RingControl* control() const { return reinterpret_cast<RingControl*>(map_.base()); }
 };
 

@@ -324,6 +324,9 @@ py::dict PyClient::stats() {
   d["device_records_failed"] = s.device_records_failed;
   d["device_in_flight"] = s.device_in_flight;
   d["device_statistics"] = s.device_statistics;
+  d["device_records_deferred"] = s.device_records_deferred;
+  d["device_records_fetched"] = s.device_records_fetched;
+  d["device_records_released"] = s.device_records_released;
   d["dump_ns"] = s.dump_ns;
   d["device_submit_ns"] = s.device_submit_ns;
   d["device_enqueue_ns"] = s.device_enqueue_ns;

@@ -23,51 +23,33 @@
 
 #include "client/client.h"
 #include "tests/client/fake_device.h"
+#include "tests/client/fake_producer_options.h"
 
 int main(int argc, char** argv) {
-  dumpd::client::Options o;
-  uint64_t ops = 10, elements = 1024;
+  dumpd::testing::FakeProducerOptions args;
   int64_t kill_after = -1;
-  int delay_us = 200;
   bool host = false;
   uint64_t nan_every = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const char* v = argv[i + 1];
-    if (k == "--socket") {
-      o.socket_path = v;
-    } else if (k == "--config") {
-      o.config_path = v;
-    } else if (k == "--ops") {
-      ops = std::strtoull(v, nullptr, 10);
-    } else if (k == "--elements") {
-      elements = std::strtoull(v, nullptr, 10);
-    } else if (k == "--staging") {
-      o.device_staging_bytes = std::strtoull(v, nullptr, 10);
-    } else if (k == "--delay-us") {
-      delay_us = std::atoi(v);
-    } else if (k == "--host") {
-      host = std::atoi(v) != 0;
-    } else if (k == "--nan-every") {
-      nan_every = std::strtoull(v, nullptr, 10);
-    } else if (k == "--kill-after") {
-      kill_after = std::strtoll(v, nullptr, 10);
-    } else {
-      std::cerr << "unknown option " << k << "\n";
-      return 2;
-    }
-  }
-  auto fake = std::make_shared<dumpd::testing::FakeDevice>(
-      dumpd::testing::FakeDevice::Config{.devices = 1, .max_delay_us = delay_us});
-  o.device_api = fake;
-  o.producer_name = "fake-gpu";
-  auto c = dumpd::client::Client::connect(o);
-  if (!c) {
-    std::cerr << "connect: " << c.error().message << "\n";
-    return 1;
-  }
-  auto& client = *c.value();
-  void* stream = fake->createStream().value();
+  const bool parsed = dumpd::testing::parseFakeProducerOptions(
+      argc, argv, args, [&](const std::string& k, const char* v) {
+        if (k == "--host") {
+          host = std::atoi(v) != 0;
+        } else if (k == "--nan-every") {
+          nan_every = std::strtoull(v, nullptr, 10);
+        } else if (k == "--kill-after") {
+          kill_after = std::strtoll(v, nullptr, 10);
+        } else {
+          return false;
+        }
+        return true;
+      });
+  if (!parsed) return 2;
+  const uint64_t ops = args.ops, elements = args.elements;
+  auto producer = dumpd::testing::connectFakeProducer(args, "fake-gpu");
+  if (!producer) return 1;
+  auto& fake = producer->fake;
+  auto& client = *producer->client;
+  void* stream = producer->stream;
   const std::vector<int64_t> shape = {static_cast<int64_t>(elements)};
   const uint64_t bytes = elements * 4;
   for (uint64_t i = 0; i < ops; ++i) {

@@ -412,5 +412,81 @@ TEST_F(RingDrainTest, FreeingRecorderSpaceReleasesTheOldestIterationFirst) {
   EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
 }
 
+// Tensors a client keeps on its device for the recorder (PayloadKind::kDeferred): a
+// DeferredPayload (device statistics, state), then room for the bytes.
+std::string deferredPayload(const std::vector<float>& values, uint64_t state, bool fill) {
+  ipc::DeferredPayload h{};
+  h.stats.count = values.size();
+  h.stats.max = -std::numeric_limits<double>::infinity();
+  h.stats.min = std::numeric_limits<double>::infinity();
+  for (float v : values) {
+    if (std::isnan(v)) {
+      ++h.stats.nan;
+      continue;
+    }
+    ++(v > 0 ? h.stats.positive : v < 0 ? h.stats.negative : h.stats.zero);
+    h.stats.max = std::max<double>(h.stats.max, v);
+    h.stats.min = std::min<double>(h.stats.min, v);
+    h.stats.sum += v;
+    h.stats.sum_squares += double{v} * v;
+  }
+  h.state = state;
+  std::string out(reinterpret_cast<const char*>(&h), sizeof h);
+  return out + (fill ? floatBytes(values) : std::string(values.size() * sizeof(float), '\0'));
+}
+
+TEST_F(RingDrainTest, DeferredTensorsTheClientFilledAreWrittenFromTheirBytes) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  auto d = make(recorderConfig(R"({"saved_data": "full", "triggers": ["nan"], "after_steps": 0})"));
+  ring_.step(0, 0);  // commitOne's records are of iteration 0
+  commitOne("kept", 4, ipc::PayloadKind::kDeferred,
+            deferredPayload({1, kNan, 3, 4}, ipc::kDeferredFilled, true));
+  ring_.step(0, 1);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["op"], "kept") << "the device statistics name the NaN";
+  EXPECT_FALSE(lines[0].contains("device_tensors_lost"));
+  EXPECT_EQ(d->counters().tensors_written.load(), 1u) << lastWarning(*d);
+  std::string npy;
+  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
+    if (f.ends_with(".npy")) npy = fs_->readFile("rank_0/Net/0/0/" + f).value_or("");
+  }
+  EXPECT_TRUE(npy.ends_with(floatBytes({1, kNan, 3, 4}))) << "written from the filled bytes";
+}
+
+TEST_F(RingDrainTest, DeferredTensorsOfAClientThatCannotAnswerAreCountedLost) {
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
+  d->setProducerAlive([] { return false; });  // gone: nothing to fetch from
+  ring_.step(0, 0);
+  commitOne("kept", 2, ipc::PayloadKind::kDeferred,
+            deferredPayload({1, 2}, ipc::kDeferredOnDevice, false));
+  ring_.op("host", 1, {5.0f});
+  ASSERT_TRUE(drainAll(*d));
+  d->triggerManually("look");
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["device_tensors_lost"], 1);
+  EXPECT_EQ(d->counters().tensors_failed.load(), 1u);
+  EXPECT_EQ(d->counters().tensors_written.load(), 1u) << "the host tensor is written";
+  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
+    EXPECT_EQ(f.find("kept"), std::string::npos) << f;
+  }
+}
+
+TEST_F(RingDrainTest, ADeferredTensorWhoseSizeDoesNotMatchItsShapeIsRefused) {
+  auto d = make(recorderConfig(R"({"saved_data": "full"})"));
+  ring_.step(0, 0);
+  std::string payload = deferredPayload({1, 2}, ipc::kDeferredOnDevice, false);
+  payload.resize(payload.size() - 4);
+  commitOne("short", 2, ipc::PayloadKind::kDeferred, payload);
+  EXPECT_FALSE(drainAll(*d));
+  EXPECT_EQ(d->error(),
+            "record 2: a tensor of short is kept on the device with 132 payload bytes, which do "
+            "not match its shape and dtype");
+}
+
 }  // namespace
 }  // namespace dumpd::daemon::testing

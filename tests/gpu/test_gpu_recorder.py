@@ -54,6 +54,13 @@ def test_kept_cuda_iterations_are_written_bit_identical_on_an_inf(daemon, tmp_pa
                 expected[(step, op)] = (x.cpu().numpy().copy(), y.cpu().numpy().copy())
                 c.dump_op("Mul", f"Default/Mul-op{op}", inputs=[x], outputs=[y])
         c.flush()
+        stats = c.stats()
+    if staging:
+        # Kept on the device (no device-to-host copy) until the trigger fetched steps 5-7.
+        assert stats["device_records_deferred"] >= 7 * 2, stats
+        assert stats["device_records_fetched"] >= 3 * 2, stats
+    else:
+        assert stats["device_records_deferred"] == 0, stats  # no staging: copied at once
     root = tmp_path / "dump"
     files = files_by_key(root)
     assert sorted({k[0] for k in files}) == [5, 6, 7, 8]

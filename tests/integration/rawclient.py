@@ -36,7 +36,7 @@ PROTO = REPO / "proto" / "dumpd.proto"
 # ---------------------------------------------------------------- ring layout (ring_format.h)
 
 RING_MAGIC = 0x31676E6952445044  # "DPDRing1" little-endian
-RING_VERSION = 5
+RING_VERSION = 6
 CONTROL_BYTES = 4096
 RECORD_ALIGN = 64
 RECORD_MAGIC = 0x52445044  # "DPDR"

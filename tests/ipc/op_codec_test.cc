@@ -214,7 +214,7 @@ TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
   op.op_name = "n";
   op.tensors = std::span<const TensorSpec>(&t, 1);
   // The io byte of tensor 0 is the first byte of its descriptor: body offset 32 + 8.
-  for (uint8_t io : {uint8_t{0x04}, uint8_t{0x08}, uint8_t{0x31}, uint8_t{0xf0}}) {
+  for (uint8_t io : {uint8_t{0x04}, uint8_t{0x08}, uint8_t{0x41}, uint8_t{0xf0}}) {
     Encoded e = encode(op);
     std::memcpy(e.body.data() + 40, &io, 1);
     DecodedOp d;
@@ -222,6 +222,16 @@ TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
     ASSERT_FALSE(s.has_value()) << "io byte " << int{io};
     EXPECT_NE(s.error().message.find("io value"), std::string::npos);
   }
+  // Kind 3 (kept on the device) is known, but its payload starts with a 128-byte header.
+  Encoded e = encode(op);
+  const uint8_t deferred = 0x31;
+  std::memcpy(e.body.data() + 40, &deferred, 1);
+  DecodedOp d;
+  auto s = decodeOp(e.body.data(), e.body.size(), d);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().message.find("io value"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("deferred payload of tensor 0 is 16 bytes"), std::string::npos)
+      << s.error().message;
 }
 
 TEST(OpCodec, TruncatedBodiesAreRejected) {

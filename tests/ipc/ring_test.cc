@@ -45,7 +45,14 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RingControl, dropped_tensors), 328u);
   EXPECT_EQ(offsetof(RingControl, closing), 384u);
   EXPECT_EQ(offsetof(RingControl, producer_busy), 448u);
-  EXPECT_EQ(kRingVersion, 5u);
+  EXPECT_EQ(offsetof(RingControl, fetch_generation), 512u);
+  EXPECT_EQ(offsetof(RingControl, fetch_through_iteration), 516u);
+  EXPECT_EQ(offsetof(RingControl, fetch_from_sequence), 520u);
+  EXPECT_EQ(kRingVersion, 6u);
+  EXPECT_EQ(static_cast<int>(PayloadKind::kDeferred), 3);
+  EXPECT_EQ(sizeof(DeferredPayload), 128u);
+  EXPECT_EQ(offsetof(DeferredPayload, state), 96u);
+  EXPECT_EQ(kDeferredHeaderBytes, 128u);
   EXPECT_EQ(sizeof(StatsPayload), 96u);
   EXPECT_EQ(offsetof(StatsPayload, max), 56u);
   EXPECT_EQ(offsetof(StatsPayload, sum_squares), 80u);

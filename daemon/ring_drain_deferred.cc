@@ -1,0 +1,136 @@
+// RingDrain and the tensors a client keeps on its device for the flight recorder
+// (docs/recorder.md, "Keeping CUDA tensors on the device"): such a record carries the
+// device's statistics and the room for its bytes, which the client copies there when the
+// daemon fetches them (RingControl::fetch_*, DeferredPayload::state).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "daemon/ring_drain.h"
+#include "storage/format/statistics.h"
+
+namespace dumpd::daemon {
+namespace {
+
+// How long a fetch may take: the client's issuer looks for it every few milliseconds, then
+// waits for its snapshots and copies them (a trigger's kept iterations: up to a few GB).
+constexpr auto kFetchTimeout = std::chrono::seconds(30);
+constexpr auto kFetchPoll = std::chrono::milliseconds(1);
+
+uint64_t stateOf(const OpTask::Deferred& d) {
+  // Acquire: the bytes the client copied before it stored "filled" are visible after.
+  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(d.state)).load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+bool RingDrain::deferredPayloadValid(uint64_t sequence, const ipc::DecodedOp& op,
+                                     const ipc::DecodedTensor& t, DType dtype,
+                                     const std::optional<uint64_t>& elements) {
+  const std::string where =
+      "record " + std::to_string(sequence) + ": a tensor of " + std::string(op.opName());
+  if (!storage::hasStatistics(dtype)) {
+    return fail(where + " is kept on the device, but its dtype has no statistics");
+  }
+  if (t.memo) {
+    return fail(where + " is kept on the device and flagged as a dump-once source");
+  }
+  if (!elements || t.data_bytes - ipc::kDeferredHeaderBytes != sourceBytes(dtype, *elements)) {
+    return fail(where + " is kept on the device with " + std::to_string(t.data_bytes) +
+                " payload bytes, which do not match its shape and dtype");
+  }
+  return true;
+}
+
+uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t through_iteration) {
+  uint64_t from = UINT64_MAX;
+  for (const OpTask* t : tasks) {
+    if (!t->deferred.empty()) from = std::min(from, t->sequence);
+  }
+  if (from == UINT64_MAX) return 0;
+  const auto pending = [&] {
+    for (const OpTask* t : tasks) {
+      for (const OpTask::Deferred& d : t->deferred) {
+        if (stateOf(d) == ipc::kDeferredOnDevice) return true;
+      }
+    }
+    return false;
+  };
+  const auto alive = [&] { return producer_alive_ && producer_alive_(); };
+  bool answered = true;  // false: the client is alive but did not copy them in time
+  if (pending() && alive() && !fetch_unanswered_) {
+    ring_.requestFetch(from, through_iteration);
+    const auto deadline = std::chrono::steady_clock::now() + kFetchTimeout;
+    while (pending() && alive()) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        fetch_unanswered_ = true;
+        spdlog::warn(
+            "session {}: the client did not send the tensors it keeps on its device "
+            "within {} s; they are not written",
+            id_, std::chrono::duration_cast<std::chrono::seconds>(kFetchTimeout).count());
+        break;
+      }
+      std::this_thread::sleep_for(kFetchPoll);
+    }
+  }
+  answered = !fetch_unanswered_ || !alive();
+  uint64_t lost = 0;
+  for (OpTask* t : tasks) {
+    std::vector<bool> drop(t->views.size(), false);
+    bool unanswered = false;
+    for (const OpTask::Deferred& d : t->deferred) {
+      const uint64_t state = stateOf(d);
+      storage::TensorView& v = t->views[d.view];
+      if (state == ipc::kDeferredFilled) {
+        v.sums = nullptr;  // the writer computes the statistics from the bytes
+        v.data = std::span<const std::byte>(d.bytes, d.size);
+        continue;
+      }
+      drop[d.view] = true;
+      unanswered = unanswered || (state == ipc::kDeferredOnDevice && !answered);
+    }
+    t->deferred.clear();
+    if (unanswered) {
+      t->abandoned = true;
+      lost += t->views.size();
+      continue;
+    }
+    std::vector<storage::TensorView> kept;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < t->views.size(); ++i) {
+      if (drop[i]) {
+        ++lost;
+        continue;
+      }
+      kept.push_back(t->views[i]);
+      bytes += t->views[i].data.size();
+    }
+    t->views = std::move(kept);
+    t->bytes = bytes;
+  }
+  if (lost != 0) {
+    counters_.tensors_failed.fetch_add(lost, std::memory_order_relaxed);
+    warnings_.warn(std::to_string(lost) +
+                   " tensors kept on the client's device never reached the host (the client "
+                   "exited, gave the snapshots up for staging space, or did not answer)");
+  }
+  return lost;
+}
+
+void RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
+  if (task->abandoned) {
+    abandoned_slots_.push_back(slot);
+    return;
+  }
+  if (task->views.empty()) {
+    release_.markDone(slot);
+    return;
+  }
+  release_.write(slot);
+  submitWrite(std::move(task), slot);
+}
+
+}  // namespace dumpd::daemon

@@ -1,0 +1,150 @@
+"""The flight recorder keeps CUDA tensors on the device (docs/recorder.md, "Keeping CUDA
+tensors on the device"), on the fake device through the real daemon (no GPU needed): recorded
+steps cost no device-to-host copy, a trigger fetches the kept snapshots, and the files equal
+the tensors at dump time although the producer overwrote its device buffers every step."""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import npy_files, parse_name, write_config
+
+PRODUCER = os.environ.get("DUMPD_FAKE_GPU_RECORDER_PRODUCER", "")
+
+pytestmark = pytest.mark.skipif(not PRODUCER, reason="DUMPD_FAKE_GPU_RECORDER_PRODUCER is not "
+                                "set (run through ctest)")
+
+N = 2048
+OPS = 3
+
+
+def config(workdir, **recorder):
+    section = {"steps": 3, "after_steps": 1, "max_triggers": 1, "saved_data": "full"}
+    section.update(recorder)
+    return write_config(workdir, iteration="100000", saved_data="full"), json.dumps(section)
+
+
+def expected(step, op, io):
+    k = np.arange(N)
+    if io == "input":
+        return (k + 7 * op + 1000 * step).astype(np.int32)
+    out = (0.5 * k + op + step).astype(np.float32)
+    return out
+
+
+def run(daemon, cfg, recorder, *args, timeout=120):
+    cmd = [PRODUCER, "--socket", daemon.socket, "--config", str(cfg), "--recorder", recorder,
+           "--ops", OPS, "--elements", N, *args]
+    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout)
+
+
+def stats(out):
+    m = re.search(r"stats deferred (\d+) fetched (\d+) released (\d+) records (\d+)", out.stdout)
+    assert m, out.stdout + out.stderr
+    return dict(zip(("deferred", "fetched", "released", "records"), map(int, m.groups())))
+
+
+def files(root):
+    index = {}
+    for f in npy_files(root):
+        fields = parse_name(f)
+        op = int(fields["op_name"].rsplit("-op", 1)[1])
+        index[(int(f.parent.name), op, fields["io"])] = f
+    return index
+
+
+def triggers(root):
+    [path] = Path(root).glob("rank_*/.dump_metadata/triggers.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("staging", [1 << 20, 4 << 20])
+def test_inf_fetches_the_kept_steps_from_the_device(daemon, workdir, staging):
+    cfg, recorder = config(workdir)
+    out = run(daemon, cfg, recorder, "--steps", 30, "--inf-step", 17, "--staging", staging)
+    assert out.returncode == 0, out.stdout + out.stderr + daemon.logtext()
+    root = workdir / "dump"
+    index = files(root)
+    assert sorted({step for step, _, _ in index}) == [15, 16, 17, 18], out.stdout + daemon.logtext()
+    for (step, op, io), f in index.items():
+        want = expected(step, op, io)
+        if step == 17 and op == 1 and io == "output":
+            want[1] = np.inf
+        np.testing.assert_array_equal(np.load(f), want, err_msg=f"step {step} op {op} {io}")
+    assert len(index) == 4 * OPS * 2
+    [t] = triggers(root)
+    assert (t["kind"], t["iteration"], t["op"], t["tensor"]) == ("inf", 17, "Default/net/Fake-op1",
+                                                                "output 0")
+    assert t["iterations_written"] == [15, 16, 17, 18]
+    assert "device_tensors_lost" not in t
+    s = stats(out)
+    # Steps up to 17 were kept on the device; the kept ones (15-17) were fetched. Whether 18
+    # was deferred depends on when the client saw the fetch; after it, nothing is deferred
+    # until the recorder stopped (max_triggers 1), when the daemon said so.
+    assert s["deferred"] >= 18 * OPS, s
+    assert s["fetched"] >= 3 * OPS, s
+    assert "written 24 failed 0" in out.stdout, out.stdout
+    assert "device staging" not in daemon.logtext()
+
+
+def test_nothing_crosses_to_the_host_without_a_trigger(daemon, workdir):
+    cfg, recorder = config(workdir)
+    out = run(daemon, cfg, recorder, "--steps", 12, "--staging", 1 << 20)
+    assert out.returncode == 0, out.stdout + out.stderr + daemon.logtext()
+    assert npy_files(workdir / "dump") == []
+    s = stats(out)
+    assert s["deferred"] == 12 * OPS, s
+    assert s["fetched"] == 0, s
+
+
+def test_staging_too_small_never_blocks_and_counts_what_it_lost(daemon, workdir):
+    # 100 KiB of staging holds about two steps of 3 ops x 16 KiB (+ statistics scratch): older
+    # snapshots are given up for newer ones (training never waits for the recorder), and the
+    # trigger writes what is left of the kept steps, counting the rest as lost. How much is
+    # left depends on how far the producer ran ahead of the daemon's check.
+    cfg, recorder = config(workdir)
+    out = run(daemon, cfg, recorder, "--steps", 12, "--inf-step", 8, "--staging", 100 << 10)
+    assert out.returncode == 0, out.stdout + out.stderr + daemon.logtext()
+    root = workdir / "dump"
+    index = files(root)
+    s = stats(out)
+    assert s["released"] > 0, s
+    # 3 ops x 2 tensors x 8 KiB a step: 3 steps need 147456 bytes (+ a quarter).
+    assert ("the device staging (102400 bytes) cannot hold 3 iterations of 49152 bytes of CUDA "
+            "tensors kept on the device; raise device_staging_bytes to 184320"
+            in daemon.logtext()), daemon.logtext()
+    [t] = triggers(root)
+    assert t["iteration"] == 8
+    assert t["iterations_written"] == [6, 7, 8, 9]
+    kept_written = sum(1 for k in index if k[0] in (6, 7, 8))
+    assert t.get("device_tensors_lost", 0) > 0, t
+    assert kept_written + t["device_tensors_lost"] == 3 * OPS * 2, (sorted(index), t)
+    for (step, op, io), f in index.items():
+        want = expected(step, op, io)
+        if step == 8 and op == 1 and io == "output":
+            want[1] = np.inf
+        np.testing.assert_array_equal(np.load(f), want, err_msg=f"step {step} op {op} {io}")
+
+
+def test_a_crash_writes_the_host_part_and_names_what_the_device_took(daemon, workdir):
+    cfg, recorder = config(workdir, triggers=["crash"])
+    out = run(daemon, cfg, recorder, "--steps", 12, "--kill-step", 9, "--staging", 1 << 20)
+    assert out.returncode == -9, out.stdout + out.stderr
+    root = workdir / "dump"
+    deadline = time.monotonic() + 30
+    while not list(root.glob("rank_*/.dump_metadata/triggers.jsonl")):
+        assert time.monotonic() < deadline, daemon.logtext()
+        time.sleep(0.05)
+    time.sleep(0.2)  # the line is appended whole; the session then ends
+    [t] = triggers(root)
+    assert t["kind"] == "crash"
+    assert t["iterations_written"] == [7, 8, 9]
+    # Every kept tensor was on the device, which died with the process.
+    assert t["device_tensors_lost"] == 3 * OPS * 2, t
+    assert npy_files(root) == []
