@@ -5,7 +5,9 @@
 // 0x2 per-thread default stream).
 //
 // Threading: every call may come from the producer thread, except waitEvent, which the
-// completion thread calls. Implementations must allow that pair concurrently.
+// completion thread calls; the issuer thread enqueues copies and, for a flight recorder's
+// fetch, creates, records and waits for its own event. Implementations must allow these
+// threads concurrently.
 #pragma once
 
 #include <cstddef>
@@ -75,7 +77,7 @@ class DeviceApi {
   virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;
   // `stream` waits, on the device, for the work captured by `e` (the host does not block).
   virtual Status streamWaitEvent(StreamHandle stream, EventHandle e) = 0;
-  // Blocks the calling thread until `e` completed (the completion thread only).
+  // Blocks the calling thread until `e` completed (the completion and issuer threads).
   virtual Status waitEvent(EventHandle e) = 0;
   // The device ordinal that owns `p` (for arrays that only give a pointer).
   virtual Result<int> pointerDevice(const void* p) = 0;
