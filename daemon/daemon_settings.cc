@@ -125,6 +125,9 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
   if (key == "shutdown_timeout_ms") {
     return assign(getU32(key, v, 100, kU32Max), &s.shutdown_timeout_ms);
   }
+  if (key == "recorder_fetch_timeout_ms") {
+    return assign(getU32(key, v, 100, kU32Max), &s.recorder_fetch_timeout_ms);
+  }
   if (key == "max_open_directories") {
     return assign(getU32(key, v, 4, 100000), &s.max_open_directories);
   }

@@ -63,8 +63,11 @@ struct DaemonSettings {
   uint32_t max_sessions_per_uid = 16;     // dump sessions per client uid
   uint32_t handshake_timeout_ms = 10000;  // a connection idle this long without a session
   uint32_t shutdown_timeout_ms = 30000;   // SIGTERM: drain for at most this long, then exit
-  uint32_t max_open_directories = 64;     // directory fds one session's writer keeps open
-  uint32_t max_links_per_file = 1000;     // dump once: hard links to one file in one step
+  // Flight recorder: how long a session waits for the CUDA tensors a client keeps on its
+  // device when a trigger needs them (docs/recorder.md).
+  uint32_t recorder_fetch_timeout_ms = 30000;
+  uint32_t max_open_directories = 64;              // directory fds one session's writer keeps open
+  uint32_t max_links_per_file = 1000;              // dump once: hard links to one file in one step
   uint64_t max_pending_frame_bytes = 64ull << 20;  // partial frames buffered, all connections
 };
 

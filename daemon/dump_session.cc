@@ -182,6 +182,7 @@ bool DumpSession::setUp() {
       });
   drain_->setRuntimeSelection(selection_);
   drain_->setDeviceStaging(hello_.device_staging_bytes());
+  drain_->setFetchTimeout(std::chrono::milliseconds(ctx_.settings.recorder_fetch_timeout_ms));
   // Session thread (a fetch of tensors kept on the client's device waits on this).
   drain_->setProducerAlive([weak] {
     auto s = weak.lock();

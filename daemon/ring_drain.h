@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -87,6 +88,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   void setProducerAlive(std::function<bool()> f) { producer_alive_ = std::move(f); }
   // The client's device staging (Hello): the recorder's sizing warning covers it too.
   void setDeviceStaging(uint64_t bytes) { device_staging_ = bytes; }
+  // How long a fetch of those tensors may take (recorder_fetch_timeout_ms).
+  void setFetchTimeout(std::chrono::milliseconds t) { fetch_timeout_ = t; }
   // Called (session thread) when the flight recorder stops after max_triggers.
   void setOnRecorderStopped(std::function<void()> f) { on_recorder_stopped_ = std::move(f); }
   // Journals `line` in .dump_metadata/`name` (session thread); failures become warnings.
@@ -217,6 +220,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint64_t largest_record_ = 0;                 // ring bytes of the largest record seen
   std::function<bool()> producer_alive_;
   uint64_t device_staging_ = 0;
+  std::chrono::milliseconds fetch_timeout_{30000};
   // Staging bytes the client holds for each recorded iteration (its deferred tensors), and
   // the largest so far.
   uint32_t deferred_iteration_ = 0;

@@ -15,9 +15,6 @@
 namespace dumpd::daemon {
 namespace {
 
-// How long a fetch may take: the client's issuer looks for it every few milliseconds, then
-// waits for its snapshots and copies them (a trigger's kept iterations: up to a few GB).
-constexpr auto kFetchTimeout = std::chrono::seconds(30);
 constexpr auto kFetchPoll = std::chrono::milliseconds(1);
 
 uint64_t stateOf(const OpTask::Deferred& d) {
@@ -63,14 +60,16 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
   bool answered = true;  // false: the client is alive but did not copy them in time
   if (pending() && alive() && !fetch_unanswered_) {
     ring_.requestFetch(from, through_iteration);
-    const auto deadline = std::chrono::steady_clock::now() + kFetchTimeout;
+    // The client's issuer looks for the request every few milliseconds, then waits for its
+    // snapshots and copies them (a trigger's kept iterations: up to a few GB).
+    const auto deadline = std::chrono::steady_clock::now() + fetch_timeout_;
     while (pending() && alive()) {
       if (std::chrono::steady_clock::now() >= deadline) {
         fetch_unanswered_ = true;
         spdlog::warn(
             "session {}: the client did not send the tensors it keeps on its device "
-            "within {} s; they are not written",
-            id_, std::chrono::duration_cast<std::chrono::seconds>(kFetchTimeout).count());
+            "within {} ms (recorder_fetch_timeout_ms); they are not written",
+            id_, fetch_timeout_.count());
         break;
       }
       std::this_thread::sleep_for(kFetchPoll);

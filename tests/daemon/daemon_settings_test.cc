@@ -82,10 +82,11 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
                           "max_pending_frame_bytes",
                           "max_open_directories",
                           "max_links_per_file",
-                          "shutdown_timeout_ms"}) {
+                          "shutdown_timeout_ms",
+                          "recorder_fetch_timeout_ms"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
-  EXPECT_EQ(keys.size(), 23u);
+  EXPECT_EQ(keys.size(), 24u);
 }
 
 TEST(DaemonSettingsTest, EveryKeyIsRead) {
@@ -97,7 +98,8 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
     "min_free_bytes": 0, "compression": "lz4", "log_level": "debug",
     "worker_priority": "normal", "max_sessions_per_uid": 3, "max_connections": 9,
     "max_connections_per_uid": 5, "handshake_timeout_ms": 700, "max_pending_frame_bytes": 1234,
-    "max_open_directories": 11, "max_links_per_file": 7, "shutdown_timeout_ms": 4000})");
+    "max_open_directories": 11, "max_links_per_file": 7, "shutdown_timeout_ms": 4000,
+    "recorder_fetch_timeout_ms": 1500})");
   ASSERT_TRUE(s) << errorOf(s);
   EXPECT_EQ(s->socket_path, "/run/x/d.sock");
   EXPECT_EQ(s->socket_mode, 0600u);
@@ -122,11 +124,13 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
   EXPECT_EQ(s->max_open_directories, 11u);
   EXPECT_EQ(s->max_links_per_file, 7u);
   EXPECT_EQ(s->shutdown_timeout_ms, 4000u);
+  EXPECT_EQ(s->recorder_fetch_timeout_ms, 1500u);
 }
 
 TEST(DaemonSettingsTest, LimitsBelowTheirMinimumAreRefused) {
   EXPECT_FALSE(parseDaemonSettings(R"({"handshake_timeout_ms": 10})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"shutdown_timeout_ms": 0})"));
+  EXPECT_FALSE(parseDaemonSettings(R"({"recorder_fetch_timeout_ms": 99})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"max_open_directories": 1})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"max_links_per_file": 0})"));
   EXPECT_FALSE(parseDaemonSettings(R"({"max_links_per_file": 65000})"));

@@ -6,6 +6,7 @@ the tensors at dump time although the producer overwrote its device buffers ever
 import json
 import os
 import re
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -148,3 +149,51 @@ def test_a_crash_writes_the_host_part_and_names_what_the_device_took(daemon, wor
     # Every kept tensor was on the device, which died with the process.
     assert t["device_tensors_lost"] == 3 * OPS * 2, t
     assert npy_files(root) == []
+
+
+def test_a_client_that_never_sends_its_device_tensors_stalls_only_its_own_session(workdir):
+    """A raw client commits a tensor "kept on the device" and never fills it; a trigger makes
+    its session wait for it (recorder_fetch_timeout_ms). Another job runs meanwhile as if
+    nothing happened; the silent one loses its tensor, with a warning, and goes on."""
+    from conftest import Daemon
+    from rawclient import KIND_CONTROL, RawSession, control_body, pb2
+
+    timeout_ms = 8000
+    d = Daemon(workdir, settings={"recorder_fetch_timeout_ms": timeout_ms})
+    try:
+        raw_root = workdir / "raw"
+        raw_root.mkdir()
+        job = json.loads(write_config(workdir, name="raw.json", iteration="100000",
+                                      saved_data="full", path=str(raw_root)).read_text())
+        job["flight_recorder"] = {"steps": 2, "after_steps": 0, "saved_data": "full"}
+        s = RawSession(d.socket, json.dumps(job), str(raw_root), producer_name="silent")
+        values = np.arange(4, dtype=np.float32)
+        header = bytearray(128)  # ipc::DeferredPayload: statistics, then state 0 (on the device)
+        struct.pack_into("<7Q4dQ", header, 0, 4, 0, 0, 0, 1, 0, 3, 3.0, 0.0, 6.0, 14.0, 0)
+        s.ring.commit_step(0, 0)
+        s.ring.commit_op(0, 0, "Default/Kept-op0", bytes(header) + bytes(16), io=1 | (3 << 4),
+                         shape=(4,))
+        ctl = pb2().Control()
+        ctl.trigger.reason = "look"
+        s.ring.commit(KIND_CONTROL, control_body(ctl))
+
+        # The silent session's thread waits for the fetch; another job is not held up.
+        cfg, recorder = config(workdir)
+        out = run(d, cfg, recorder, "--steps", 30, "--inf-step", 17, "--staging", 1 << 20)
+        assert out.returncode == 0, out.stdout + out.stderr + d.logtext()
+        assert "written 24 failed 0" in out.stdout, out.stdout
+        assert "did not send the tensors" not in d.logtext(), "the other job waited"
+        assert sorted({step for step, _, _ in files(workdir / "dump")}) == [15, 16, 17, 18]
+
+        # The silent client loses its tensor, and its session goes on.
+        reply = s.flush(timeout=timeout_ms / 1000 + 30)
+        assert reply.counts.tensors_failed == 1, reply
+        assert (f"did not send the tensors it keeps on its device within {timeout_ms} ms"
+                in d.logtext())
+        assert npy_files(raw_root) == []
+        s.ring.commit_step(0, 1)
+        s.ring.commit_op(0, 1, "Default/Host-op0", values)
+        assert s.flush(token=2).counts.tensors_failed == 1
+        s.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
