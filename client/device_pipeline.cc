@@ -430,7 +430,8 @@ Status DevicePipeline::submit(uint64_t sequence, int device, StreamHandle stream
   bool wake_issuer = false;
   if (e.hold == Hold::kHeld) {
     // The first held record: the issuer starts looking for fetches.
-    wake_issuer = ++counters_.deferred_records == 1;
+    ++counters_.deferred_records;
+    wake_issuer = ++held_ == 1;
     // A fetch already covers it (reserved before the producer saw the request): copy soon.
     if (fetchCoversLocked(e)) fill_due_ = true;
   }
@@ -469,11 +470,13 @@ void DevicePipeline::completionLoop() {
     if (!s) noteErrorLocked(s.error().message);
     if (!s || e.failed) {
       e.failed = true;
-      if (e.hold == Hold::kHeld) e.hold = Hold::kReleased;  // nothing to fetch
+      if (e.hold == Hold::kHeld) releaseHoldLocked(e);  // nothing to fetch
       ++counters_.failed_records;
       ring_.voidRecord(e.sequence, e.tensors);
     } else {
       ring_.commit(e.sequence);
+      // A fetch that covers it was waiting for this commit.
+      if (e.hold == Hold::kHeld && fill_due_) issue_cv_.signal();
     }
     // Staging of this device freed in order: regions whose copies completed.
     reclaimLocked(*e.dev);
@@ -492,13 +495,16 @@ void DevicePipeline::issuerLoop() {
            (next_issue_ < front_id_ || entryLocked(next_issue_).issued)) {
       ++next_issue_;
     }
+    // A fetch first; covered records still in flight are retried after a poll (issuing
+    // other records meanwhile: their copies may be what a mixed record waits for).
+    bool fill_waiting = false;
     if (fetchDueLocked()) {
-      fillLocked(current);
-      continue;
+      fill_waiting = fillLocked(current);
+      if (!fill_waiting) continue;
     }
     if (next_issue_ == front_id_ + entries_.size()) {
       if (stop_) return;
-      if (counters_.deferred_records == 0) {
+      if (held_ == 0 && !fill_waiting) {
         issue_cv_.wait(&mu_);
       } else {
         // Records are held: look for the daemon's fetch request now and then.

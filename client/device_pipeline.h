@@ -162,8 +162,11 @@ class DevicePipeline {
   // Issuer: reads the daemon's fetch request; true when held entries are to be copied now.
   bool fetchDueLocked() REQUIRES(mu_);
   // Issuer: copies the held entries a fetch covers into their records, waits for the
-  // copies (without mu_), marks the records filled. `current`: the issuer's device.
-  void fillLocked(int& current) REQUIRES(mu_);
+  // copies (without mu_), marks the records filled. `current`: the issuer's device. True
+  // when covered entries are still in flight (filled once committed: call again).
+  bool fillLocked(int& current) REQUIRES(mu_);
+  // Ends `e`'s hold (filled or given up).
+  void releaseHoldLocked(Entry& e) REQUIRES(mu_);
   bool fetchCoversLocked(const Entry& e) const REQUIRES(mu_) {
     return fetch_generation_ != 0 && e.sequence >= fetch_from_ && e.iteration <= fetch_through_;
   }
@@ -206,7 +209,8 @@ class DevicePipeline {
   uint32_t fetch_through_ GUARDED_BY(mu_) = 0;
   uint64_t fetch_from_ GUARDED_BY(mu_) = 0;
   bool fill_due_ GUARDED_BY(mu_) = false;
-  CondVar fill_cv_;  // producer: a fill ended (a held region it needs is free)
+  uint64_t held_ GUARDED_BY(mu_) = 0;  // entries in Hold::kHeld or kFilling
+  CondVar fill_cv_;                    // producer: a fill ended (a held region it needs is free)
   std::string error_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread completion_;

@@ -17,8 +17,13 @@ void DevicePipeline::setDeferredState(const std::vector<DeviceCopy>& copies, uin
   }
 }
 
-void DevicePipeline::dropHeldLocked(Entry& e) {
+void DevicePipeline::releaseHoldLocked(Entry& e) {
   e.hold = Hold::kReleased;
+  e.held.clear();
+  --held_;
+}
+
+void DevicePipeline::dropHeldLocked(Entry& e) {
   ++counters_.deferred_dropped;
   // Tell the daemon, unless it released the record already (it discarded its iteration):
   // that ring space is the producer's again, and this is the producer's thread, which has
@@ -26,41 +31,55 @@ void DevicePipeline::dropHeldLocked(Entry& e) {
   if (ring_.control()->tail.load(std::memory_order_acquire) < e.ring_end) {
     setDeferredState(e.held, ipc::kDeferredLost);
   }
-  e.held.clear();
+  releaseHoldLocked(e);
 }
 
 bool DevicePipeline::fetchDueLocked() {
   const ipc::RingControl* ctl = ring_.control();
-  // Acquire: pairs with the daemon's release store of a new generation after the fields.
+  // A seqlock (RingConsumer::requestFetch): an odd generation is being written; the fields
+  // are taken only when the generation is even and the same before and after them.
   const uint32_t generation = ctl->fetch_generation.load(std::memory_order_acquire);
-  if (generation != fetch_generation_) {
-    fetch_generation_ = generation;
-    fetch_through_ = ctl->fetch_through_iteration.load(std::memory_order_relaxed);
-    fetch_from_ = ctl->fetch_from_sequence.load(std::memory_order_relaxed);
-    fill_due_ = true;
+  if (generation != fetch_generation_ && generation % 2 == 0) {
+    const uint32_t through = ctl->fetch_through_iteration.load(std::memory_order_relaxed);
+    const uint64_t from = ctl->fetch_from_sequence.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (ctl->fetch_generation.load(std::memory_order_relaxed) == generation) {
+      fetch_generation_ = generation;
+      fetch_through_ = through;
+      fetch_from_ = from;
+      fill_due_ = true;
+    }
   }
   return fill_due_;
 }
 
-void DevicePipeline::fillLocked(int& current) {
+bool DevicePipeline::fillLocked(int& current) {
   fill_due_ = false;
   struct Job {
     uint64_t id;
     DeviceState* dev;
-    EventHandle done;
     std::vector<DeviceCopy> held;
   };
   std::vector<Job> jobs;
+  bool waiting = false;  // covered records whose snapshot has not completed yet
   for (uint64_t id = front_id_; id < front_id_ + entries_.size(); ++id) {
     Entry& e = entryLocked(id);
     if (e.hold != Hold::kHeld || !fetchCoversLocked(e)) continue;
+    if (!e.completed) {
+      // Filled once committed: a record whose snapshot fails is voided, and the daemon
+      // releases a void record at once; nothing may be copied into it.
+      waiting = true;
+      continue;
+    }
     e.hold = Hold::kFilling;  // neither dropped nor reclaimed meanwhile
-    jobs.push_back(Job{id, e.dev, e.done, e.held});
+    jobs.push_back(Job{id, e.dev, e.held});
   }
-  if (jobs.empty()) return;
+  fill_due_ = waiting;
+  if (jobs.empty()) return waiting;
   mu_.unlock();
-  // Each device's copies queue on its copy stream after the snapshot (`done`); one event
-  // after them per device, then wait for all.
+  // Each device's copies queue on its copy stream (the snapshots completed); one event after
+  // them per device, then wait for all, even after an error: no copy may still be running
+  // when its record is marked and its staging reused.
   Status s;
   std::vector<DeviceState*> used;
   for (const Job& j : jobs) {
@@ -78,24 +97,20 @@ void DevicePipeline::fillLocked(int& current) {
         s = ev.error();
       }
     }
-    if (s) s = api_->streamWaitEvent(j.dev->copy_stream, j.done);
+    if (!s) break;
+    if (std::find(used.begin(), used.end(), j.dev) == used.end()) used.push_back(j.dev);
     for (const DeviceCopy& c : j.held) {
       if (!s) break;
       s = api_->copyAsync(c.ring_dst, c.device_src, c.bytes, j.dev->copy_stream);
     }
-    if (std::find(used.begin(), used.end(), j.dev) == used.end()) used.push_back(j.dev);
   }
   for (DeviceState* dev : used) {
-    if (!s) break;
-    if (current != dev->device) {
-      auto prev = api_->setDevice(dev->device);
-      if (!prev) s = prev.error();
-      current = dev->device;
-    }
-    if (s) s = api_->recordEvent(dev->fill_event, dev->copy_stream);
-  }
-  for (DeviceState* dev : used) {
-    if (s) s = api_->waitEvent(dev->fill_event);
+    auto prev = api_->setDevice(dev->device);
+    Status w = prev ? Status() : Status(prev.error());
+    current = dev->device;
+    if (w) w = api_->recordEvent(dev->fill_event, dev->copy_stream);
+    if (w) w = api_->waitEvent(dev->fill_event);
+    if (s && !w) s = w;
   }
   mu_.lock();
   if (!s) noteErrorLocked(s.error().message);
@@ -105,13 +120,13 @@ void DevicePipeline::fillLocked(int& current) {
     Entry& e = entryLocked(j.id);
     setDeferredState(e.held, s ? ipc::kDeferredFilled : ipc::kDeferredLost);
     ++(s ? counters_.deferred_filled : counters_.deferred_dropped);
-    e.hold = Hold::kReleased;
-    e.held.clear();
+    releaseHoldLocked(e);
     reclaimLocked(*e.dev);
   }
   popFinishedLocked();
   fill_cv_.signalAll();
   work_cv_.signal();
+  return waiting;
 }
 
 }  // namespace dumpd::client

@@ -186,7 +186,8 @@ bool DumpSession::setUp() {
   // Session thread (a fetch of tensors kept on the client's device waits on this).
   drain_->setProducerAlive([weak] {
     auto s = weak.lock();
-    return s != nullptr && !s->stop_.load() && !s->producer_lost_.load() && !s->goodbye_.load() &&
+    // After a Goodbye the client still answers: Client::close() waits for the session's end.
+    return s != nullptr && !s->shutdown_.load() && !s->producer_lost_.load() &&
            !s->producerExited();
   });
   drain_->setOnRecorderStopped([weak] {
@@ -288,6 +289,7 @@ void DumpSession::drainLoop() {
       continue;
     }
     maybeRefresh();
+    drain_->releaseAnswered();  // a late answer to a fetch gives its ring space back
     // The flight recorder gives kept iterations back rather than let training wait for space.
     if (drain_->recorderHoldsSpace() && ring.producerWaiting() && drain_->freeRecorderSpace()) {
       continue;

@@ -446,6 +446,7 @@ void RingDrain::completeStep() {
   kept_memos_.clear();
   release_.waitIdle();
   if (recorder_) {
+    releaseAnswered();
     checkNonFinite(step_iteration_);
     checkRecorderSizing();
   }
@@ -498,8 +499,7 @@ void RingDrain::finish(bool producer_lost, bool may_fire) {
   }
   if (recorder_) releaseKept(recorder_->releaseAll());
   // Records whose device tensors the client never sent: the ring goes away with the session.
-  for (uint64_t slot : abandoned_slots_) release_.markDone(slot);
-  abandoned_slots_.clear();
+  releaseAnswered(/*all=*/true);
   const bool step_written =
       selected(step_iteration_) || (recorder_ && recorder_->writes(step_iteration_));
   if (have_step_ && (step_written || writer_->listsEveryIteration())) {

@@ -78,6 +78,10 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool recorderHoldsSpace() const { return recorder_ && recorder_->keptBytes() != 0; }
   // Releases kept records for a producer waiting for space; false when there were none.
   bool freeRecorderSpace();
+  // Releases the records of an unanswered fetch whose client has answered since, or is gone
+  // (`all`: the session ends). Cheap when there are none; the session thread calls it when
+  // idle and at each step.
+  void releaseAnswered(bool all = false);
   // A manual trigger (dumpctl trigger, or the client's Trigger record).
   void triggerManually(std::string reason);
   // Runtime control: the selections clients name in their step marks (set before the first
@@ -162,7 +166,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // lost.
   uint64_t fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t through_iteration);
   // Writes a task fetchDeferred resolved, held at `slot`: to the writers, or released when
-  // nothing of it is left, or held to the end when abandoned.
+  // nothing of it is left, or held until the client answers when abandoned.
   void writeFetched(std::shared_ptr<OpTask> task, uint64_t slot);
   // Warns once, after the first recorded step, when the ring or max_bytes cannot hold
   // `steps` iterations like the largest recorded so far.
@@ -226,10 +230,11 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   uint32_t deferred_iteration_ = 0;
   uint64_t deferred_iteration_bytes_ = 0;
   uint64_t largest_deferred_iteration_ = 0;
-  // A fetch the client did not answer in time: later ones do not wait. The slots of its
-  // records stay held until finish() (a late copy may still land there).
+  // A fetch the client did not answer in time: later ones do not wait until it has. Its
+  // records (abandoned) stay held until their states say the client is done with them, or it
+  // is gone (a late copy may still land there).
   bool fetch_unanswered_ = false;
-  std::vector<uint64_t> abandoned_slots_;
+  std::vector<KeptRecord> abandoned_;
 };
 
 }  // namespace dumpd::daemon

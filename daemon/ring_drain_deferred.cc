@@ -35,6 +35,9 @@ bool RingDrain::deferredPayloadValid(uint64_t sequence, const ipc::DecodedOp& op
   if (t.memo) {
     return fail(where + " is kept on the device and flagged as a dump-once source");
   }
+  if (reinterpret_cast<uintptr_t>(t.data) % alignof(ipc::DeferredPayload) != 0) {
+    return fail(where + " is kept on the device at a misaligned payload offset");
+  }
   if (!elements || t.data_bytes - ipc::kDeferredHeaderBytes != sourceBytes(dtype, *elements)) {
     return fail(where + " is kept on the device with " + std::to_string(t.data_bytes) +
                 " payload bytes, which do not match its shape and dtype");
@@ -91,12 +94,21 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
       drop[d.view] = true;
       unanswered = unanswered || (state == ipc::kDeferredOnDevice && !answered);
     }
-    t->deferred.clear();
     if (unanswered) {
+      // Not written; its ring space stays held until the client answers or goes
+      // (releaseAnswered), and a repeat of one of its tensors must not wait for it.
       t->abandoned = true;
       lost += t->views.size();
+      for (const storage::TensorView& v : t->views) {
+        if (v.memo != nullptr) {
+          storage::MemoResult m;
+          m.error = "its record's tensors kept on the device never reached the host";
+          v.memo->publish(std::move(m));
+        }
+      }
       continue;
     }
+    t->deferred.clear();
     std::vector<storage::TensorView> kept;
     uint64_t bytes = 0;
     for (size_t i = 0; i < t->views.size(); ++i) {
@@ -121,7 +133,7 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
 
 void RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
   if (task->abandoned) {
-    abandoned_slots_.push_back(slot);
+    abandoned_.push_back(KeptRecord{std::move(task), slot});
     return;
   }
   if (task->views.empty()) {
@@ -132,4 +144,20 @@ void RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
   submitWrite(std::move(task), slot);
 }
 
+void RingDrain::releaseAnswered(bool all) {
+  if (abandoned_.empty()) return;
+  const bool gone = all || !producer_alive_ || !producer_alive_();
+  std::erase_if(abandoned_, [&](const KeptRecord& r) {
+    if (gone || std::all_of(r.task->deferred.begin(), r.task->deferred.end(),
+                            [](const OpTask::Deferred& d) {
+                              return stateOf(d) != ipc::kDeferredOnDevice;
+                            })) {
+      release_.markDone(r.slot);  // no copy of the client's can land there any more
+      return true;
+    }
+    return false;
+  });
+  // Every late answer came: the client is waited for again.
+  if (abandoned_.empty()) fetch_unanswered_ = false;
+}
 }  // namespace dumpd::daemon

@@ -64,10 +64,11 @@ struct RingControl {
   // the producer sees closing and refuses, or the daemon sees busy and waits for the commit.
   alignas(64) std::atomic<uint32_t> producer_busy;
   // Daemon-owned: the flight recorder's fetch request (docs/recorder.md, "Keeping CUDA
-  // tensors on the device"). The daemon stores from_sequence and through_iteration, then
-  // release-stores a new generation (0: none yet). The client then copies every tensor it
-  // keeps on the device for a record at or after from_sequence into that record, and keeps
-  // no tensor of an iteration up to through_iteration on the device any more.
+  // tensors on the device"), a seqlock: the daemon stores an odd generation, the fields,
+  // then the next even one (release; 0: none yet); the producer takes fields read under one
+  // even generation. The client then copies every tensor it keeps on the device for a record
+  // at or after from_sequence into that record, and keeps no tensor of an iteration up to
+  // through_iteration on the device any more.
   alignas(64) std::atomic<uint32_t> fetch_generation;
   std::atomic<uint32_t> fetch_through_iteration;
   std::atomic<uint64_t> fetch_from_sequence;

@@ -414,10 +414,13 @@ void RingConsumer::setClosing() {
 
 void RingConsumer::requestFetch(uint64_t from_sequence, uint32_t through_iteration) {
   RingControl* c = control();
+  // A seqlock: odd while the fields change, then the next even number (0: none yet). The
+  // producer takes the fields only under one even generation (DevicePipeline).
+  c->fetch_generation.store(++fetch_generation_, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   c->fetch_from_sequence.store(from_sequence, std::memory_order_relaxed);
   c->fetch_through_iteration.store(through_iteration, std::memory_order_relaxed);
-  if (++fetch_generation_ == 0) ++fetch_generation_;  // 0 means "none yet"
-  // Release: a producer that acquire-loads the generation sees the fields above.
+  if (++fetch_generation_ == 0) fetch_generation_ = 2;  // wrapped: skip "none"
   c->fetch_generation.store(fetch_generation_, std::memory_order_release);
 }
 

@@ -9,82 +9,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "tests/daemon/session_fixture.h"
+#include "tests/daemon/ring_drain_fixture.h"
 
 namespace dumpd::daemon::testing {
 namespace {
-
-class RingDrainTest : public ::testing::Test {
- protected:
-  // A drain of ring_ for `config`, writing into fs_.
-  std::shared_ptr<RingDrain> make(const std::string& config = jobConfig()) {
-    auto plan = config::parseDumpPlan(config, config::Environment{});
-    EXPECT_TRUE(plan.has_value()) << plan.error().message;
-    auto filter = config::Filter::create(plan.value());
-    auto ring = ipc::RingConsumer::attach(ring_.fd(), ring_.bytes(), 1ull << 30);
-    auto writer = storage::JobWriter::create(fs_, plan.value(), storage::JobOptions{});
-    return std::make_shared<RingDrain>(/*session_id=*/1, /*rank=*/0, /*device=*/0,
-                                       std::move(plan.value()), std::move(filter.value()),
-                                       std::move(ring.value()), fs_, std::move(writer.value()),
-                                       pool_, nullptr);
-  }
-  // Hands every committed record to `d`; false at the first one it refuses.
-  static bool drainAll(RingDrain& d) {
-    for (;;) {
-      auto r = d.ring().next();
-      EXPECT_TRUE(r.has_value()) << r.error().message;
-      if (!r || !r.value()) return r.has_value();
-      if (!d.handle(*r.value())) return false;
-    }
-  }
-  // Commits op "Add" `name` with one float32 tensor of `elements` whose payload, of `kind`,
-  // is `payload`.
-  void commitOne(const std::string& name, int64_t elements, ipc::PayloadKind kind,
-                 const std::string& payload) {
-    const std::vector<int64_t> shape{elements};
-    ipc::TensorSpec t;
-    t.dtype = static_cast<uint8_t>(DType::kFloat32);
-    t.shape = shape;
-    t.payload = kind;
-    t.data_bytes = payload.size();
-    ipc::OpSpec op;
-    op.op_type = "Add";
-    op.op_name = name;
-    op.tensors = std::span(&t, 1);
-    ring_.commit(ring_.reserve(op, {payload}));
-  }
-  static std::string lastWarning(const RingDrain& d) {
-    auto e = d.warnings().lastError();
-    return e ? *e : "";
-  }
-  // The file of op "Add" `name`, committed as record `sequence` by ring_.op().
-  static std::string npyName(const std::string& name, uint64_t sequence) {
-    return "Add." + name + ".0.0." + std::to_string(sequence) +
-           ".output.0.DefaultFormat.float32.npy";
-  }
-  // The lines of triggers.jsonl, parsed.
-  std::vector<nlohmann::json> triggerLines() const {
-    std::vector<nlohmann::json> out;
-    const std::string text = fs_->readFile("rank_0/.dump_metadata/triggers.jsonl").value_or("");
-    for (size_t at = 0; at < text.size();) {
-      const size_t end = text.find('\n', at);
-      EXPECT_NE(end, std::string::npos) << "a line without its newline";
-      if (end == std::string::npos) break;
-      out.push_back(nlohmann::json::parse(text.substr(at, end - at)));
-      at = end + 1;
-    }
-    return out;
-  }
-  static v1::RecorderStatus recorderStatus(const RingDrain& d) {
-    v1::RecorderStatus st;
-    EXPECT_TRUE(d.fillRecorderStatus(&st));
-    return st;
-  }
-
-  TestProducer ring_;
-  std::shared_ptr<storage::MemoryFileSystem> fs_ = std::make_shared<storage::MemoryFileSystem>();
-  storage::WriterPool pool_{2, 64u << 20};
-};
 
 TEST_F(RingDrainTest, AVoidRecordCountsItsTensorsAsFailedAndIsReleased) {
   auto d = make();
@@ -410,82 +338,6 @@ TEST_F(RingDrainTest, FreeingRecorderSpaceReleasesTheOldestIterationFirst) {
   EXPECT_FALSE(d->recorderHoldsSpace());
   d->finish();
   EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
-}
-
-// Tensors a client keeps on its device for the recorder (PayloadKind::kDeferred): a
-// DeferredPayload (device statistics, state), then room for the bytes.
-std::string deferredPayload(const std::vector<float>& values, uint64_t state, bool fill) {
-  ipc::DeferredPayload h{};
-  h.stats.count = values.size();
-  h.stats.max = -std::numeric_limits<double>::infinity();
-  h.stats.min = std::numeric_limits<double>::infinity();
-  for (float v : values) {
-    if (std::isnan(v)) {
-      ++h.stats.nan;
-      continue;
-    }
-    ++(v > 0 ? h.stats.positive : v < 0 ? h.stats.negative : h.stats.zero);
-    h.stats.max = std::max<double>(h.stats.max, v);
-    h.stats.min = std::min<double>(h.stats.min, v);
-    h.stats.sum += v;
-    h.stats.sum_squares += double{v} * v;
-  }
-  h.state = state;
-  std::string out(reinterpret_cast<const char*>(&h), sizeof h);
-  return out + (fill ? floatBytes(values) : std::string(values.size() * sizeof(float), '\0'));
-}
-
-TEST_F(RingDrainTest, DeferredTensorsTheClientFilledAreWrittenFromTheirBytes) {
-  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-  auto d = make(recorderConfig(R"({"saved_data": "full", "triggers": ["nan"], "after_steps": 0})"));
-  ring_.step(0, 0);  // commitOne's records are of iteration 0
-  commitOne("kept", 4, ipc::PayloadKind::kDeferred,
-            deferredPayload({1, kNan, 3, 4}, ipc::kDeferredFilled, true));
-  ring_.step(0, 1);
-  ASSERT_TRUE(drainAll(*d));
-  d->finish();
-  const std::vector<nlohmann::json> lines = triggerLines();
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0]["op"], "kept") << "the device statistics name the NaN";
-  EXPECT_FALSE(lines[0].contains("device_tensors_lost"));
-  EXPECT_EQ(d->counters().tensors_written.load(), 1u) << lastWarning(*d);
-  std::string npy;
-  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
-    if (f.ends_with(".npy")) npy = fs_->readFile("rank_0/Net/0/0/" + f).value_or("");
-  }
-  EXPECT_TRUE(npy.ends_with(floatBytes({1, kNan, 3, 4}))) << "written from the filled bytes";
-}
-
-TEST_F(RingDrainTest, DeferredTensorsOfAClientThatCannotAnswerAreCountedLost) {
-  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
-  d->setProducerAlive([] { return false; });  // gone: nothing to fetch from
-  ring_.step(0, 0);
-  commitOne("kept", 2, ipc::PayloadKind::kDeferred,
-            deferredPayload({1, 2}, ipc::kDeferredOnDevice, false));
-  ring_.op("host", 1, {5.0f});
-  ASSERT_TRUE(drainAll(*d));
-  d->triggerManually("look");
-  d->finish();
-  const std::vector<nlohmann::json> lines = triggerLines();
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0]["device_tensors_lost"], 1);
-  EXPECT_EQ(d->counters().tensors_failed.load(), 1u);
-  EXPECT_EQ(d->counters().tensors_written.load(), 1u) << "the host tensor is written";
-  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
-    EXPECT_EQ(f.find("kept"), std::string::npos) << f;
-  }
-}
-
-TEST_F(RingDrainTest, ADeferredTensorWhoseSizeDoesNotMatchItsShapeIsRefused) {
-  auto d = make(recorderConfig(R"({"saved_data": "full"})"));
-  ring_.step(0, 0);
-  std::string payload = deferredPayload({1, 2}, ipc::kDeferredOnDevice, false);
-  payload.resize(payload.size() - 4);
-  commitOne("short", 2, ipc::PayloadKind::kDeferred, payload);
-  EXPECT_FALSE(drainAll(*d));
-  EXPECT_EQ(d->error(),
-            "record 2: a tensor of short is kept on the device with 132 payload bytes, which do "
-            "not match its shape and dtype");
 }
 
 }  // namespace

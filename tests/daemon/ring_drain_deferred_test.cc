@@ -1,0 +1,160 @@
+// RingDrain and the tensors a client keeps on its device for the flight recorder
+// (PayloadKind::kDeferred): written from the bytes the client filled in, counted lost when it
+// cannot, never a hang when it does not answer.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "tests/daemon/ring_drain_fixture.h"
+
+namespace dumpd::daemon::testing {
+namespace {
+
+// Tensors a client keeps on its device for the recorder (PayloadKind::kDeferred): a
+// DeferredPayload (device statistics, state), then room for the bytes.
+std::string deferredPayload(const std::vector<float>& values, uint64_t state, bool fill) {
+  ipc::DeferredPayload h{};
+  h.stats.count = values.size();
+  h.stats.max = -std::numeric_limits<double>::infinity();
+  h.stats.min = std::numeric_limits<double>::infinity();
+  for (float v : values) {
+    if (std::isnan(v)) {
+      ++h.stats.nan;
+      continue;
+    }
+    ++(v > 0 ? h.stats.positive : v < 0 ? h.stats.negative : h.stats.zero);
+    h.stats.max = std::max<double>(h.stats.max, v);
+    h.stats.min = std::min<double>(h.stats.min, v);
+    h.stats.sum += v;
+    h.stats.sum_squares += double{v} * v;
+  }
+  h.state = state;
+  std::string out(reinterpret_cast<const char*>(&h), sizeof h);
+  return out + (fill ? floatBytes(values) : std::string(values.size() * sizeof(float), '\0'));
+}
+
+TEST_F(RingDrainTest, DeferredTensorsTheClientFilledAreWrittenFromTheirBytes) {
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  auto d = make(recorderConfig(R"({"saved_data": "full", "triggers": ["nan"], "after_steps": 0})"));
+  ring_.step(0, 0);  // commitOne's records are of iteration 0
+  commitOne("kept", 4, ipc::PayloadKind::kDeferred,
+            deferredPayload({1, kNan, 3, 4}, ipc::kDeferredFilled, true));
+  ring_.step(0, 1);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["op"], "kept") << "the device statistics name the NaN";
+  EXPECT_FALSE(lines[0].contains("device_tensors_lost"));
+  EXPECT_EQ(d->counters().tensors_written.load(), 1u) << lastWarning(*d);
+  std::string npy;
+  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
+    if (f.ends_with(".npy")) npy = fs_->readFile("rank_0/Net/0/0/" + f).value_or("");
+  }
+  EXPECT_TRUE(npy.ends_with(floatBytes({1, kNan, 3, 4}))) << "written from the filled bytes";
+}
+
+TEST_F(RingDrainTest, DeferredTensorsOfAClientThatCannotAnswerAreCountedLost) {
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
+  d->setProducerAlive([] { return false; });  // gone: nothing to fetch from
+  ring_.step(0, 0);
+  commitOne("kept", 2, ipc::PayloadKind::kDeferred,
+            deferredPayload({1, 2}, ipc::kDeferredOnDevice, false));
+  ring_.op("host", 1, {5.0f});
+  ASSERT_TRUE(drainAll(*d));
+  d->triggerManually("look");
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["device_tensors_lost"], 1);
+  EXPECT_EQ(d->counters().tensors_failed.load(), 1u);
+  EXPECT_EQ(d->counters().tensors_written.load(), 1u) << "the host tensor is written";
+  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
+    EXPECT_EQ(f.find("kept"), std::string::npos) << f;
+  }
+}
+
+TEST_F(RingDrainTest, ADeferredTensorWhoseSizeDoesNotMatchItsShapeIsRefused) {
+  auto d = make(recorderConfig(R"({"saved_data": "full"})"));
+  ring_.step(0, 0);
+  std::string payload = deferredPayload({1, 2}, ipc::kDeferredOnDevice, false);
+  payload.resize(payload.size() - 4);
+  commitOne("short", 2, ipc::PayloadKind::kDeferred, payload);
+  EXPECT_FALSE(drainAll(*d));
+  EXPECT_EQ(d->error(),
+            "record 2: a tensor of short is kept on the device with 132 payload bytes, which do "
+            "not match its shape and dtype");
+}
+
+// An op "mixed" of iteration 0: output 0 kept on the device (2 float32, on the device until
+// the test says otherwise), output 1 a host float32 flagged as a dump-once source. Committed;
+// returns the address of output 0's state word in the ring.
+uint64_t* commitMixed(TestProducer& ring) {
+  const std::vector<int64_t> two{2}, one{1};
+  ipc::TensorSpec t[2];
+  t[0].dtype = t[1].dtype = static_cast<uint8_t>(DType::kFloat32);
+  t[0].shape = two;
+  t[0].payload = ipc::PayloadKind::kDeferred;
+  t[0].data_bytes = ipc::kDeferredHeaderBytes + 8;
+  t[1].shape = one;
+  t[1].slot = 1;
+  t[1].memo = true;
+  t[1].data_bytes = 4;
+  ipc::OpSpec op;
+  op.op_type = "Add";
+  op.op_name = "mixed";
+  op.tensors = std::span(t, 2);
+  std::byte* body = ring.ring().tryReserve(ipc::RecordKind::kOp, ipc::opBodyBytes(op));
+  EXPECT_NE(body, nullptr);
+  std::vector<std::byte*> at(2);
+  ipc::writeOpDescriptors(body, op, at);
+  const std::string header = deferredPayload({1, 2}, ipc::kDeferredOnDevice, false);
+  std::memcpy(at[0], header.data(), header.size());
+  const float x = 5;
+  std::memcpy(at[1], &x, 4);
+  ring.ring().commit();
+  return &reinterpret_cast<ipc::DeferredPayload*>(at[0])->state;
+}
+
+// A fetch the client never answers: its record is not written, and a repeat of its host
+// tensor fails at once instead of waiting for a file that never comes (a writer thread, shared
+// by every session, would wait for ever). A late answer gives its ring space back.
+TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver) {
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
+  bool alive = true;
+  d->setProducerAlive([&] { return alive; });
+  d->setFetchTimeout(std::chrono::milliseconds(50));
+  ring_.step(0, 0);
+  uint64_t* state = commitMixed(ring_);
+  const ipc::SamePayload same{/*sequence=*/2, /*tensor=*/1, 0};
+  const std::vector<int64_t> one{1};
+  ipc::TensorSpec t;
+  t.dtype = static_cast<uint8_t>(DType::kFloat32);
+  t.shape = one;
+  t.payload = ipc::PayloadKind::kSame;
+  t.data_bytes = sizeof same;
+  ipc::OpSpec op;
+  op.op_type = "Add";
+  op.op_name = "again";
+  op.tensors = std::span(&t, 1);
+  ring_.commit(ring_.reserve(op, {std::string(reinterpret_cast<const char*>(&same), sizeof same)}));
+  ASSERT_TRUE(drainAll(*d));
+  d->triggerManually("look");  // returns: the repeat's writer did not wait for ever
+  EXPECT_EQ(d->counters().tensors_failed.load(), 3u) << "both of mixed, and its repeat";
+  EXPECT_EQ(d->counters().tensors_written.load(), 0u);
+  EXPECT_EQ(d->doneSequence(), 1u) << "the unanswered record holds the ring";
+  // The client answers late: the space is given back, and later fetches are waited for.
+  std::atomic_ref<uint64_t>(*state).store(ipc::kDeferredLost, std::memory_order_release);
+  d->releaseAnswered();
+  EXPECT_EQ(d->doneSequence(), 3u);
+  alive = false;
+  d->finish();
+}
+
+}  // namespace
+}  // namespace dumpd::daemon::testing
