@@ -29,119 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import dumpd
 import dumpd.torch
 from dumpd.torch._session import _Session
+from workloads import make_workload  # bench/gpu/workloads.py, next to this file
 
 GiB = 1 << 30
-
-
-# ----------------------------------------------------------------------------- workloads
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, 4 * d)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                           v.transpose(1, 2), is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
-        return x + self.fc2(self.act(self.fc1(self.ln2(x))))
-
-
-class GPT(nn.Module):
-    def __init__(self, d=1024, layers=12, heads=16, vocab=8192, seq=1024):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(seq, d)
-        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, idx):
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.head(self.ln(self.blocks(self.tok(idx) + self.pos(pos))))
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, cin, mid, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(mid)
-        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(mid)
-        self.conv3 = nn.Conv2d(mid, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU()
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = self.relu(self.bn1(self.conv1(x)))
-        y = self.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return self.relu(y + (x if self.down is None else self.down(x)))
-
-
-class ResNet50(nn.Module):
-    def __init__(self, classes=1000):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
-        layers, cin = [], 64
-        for mid, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-            for i in range(blocks):
-                layers.append(Bottleneck(cin, mid, mid * 4, stride if i == 0 else 1))
-                cin = mid * 4
-        self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(2048, classes)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
-
-
-def make_workload(name):
-    torch.manual_seed(0)
-    if name == "gpt":
-        model = GPT().cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        x = torch.randint(0, 8192, (8, 1024), device="cuda")
-
-        def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(x)
-                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), x.view(-1))
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        return model, step, "GPT-like d=1024 L=12 batch 8 seq 1024 bf16 autocast"
-    model = ResNet50().cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(32, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (32,), device="cuda")
-
-    def step():
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return model, step, "ResNet-50 batch 32 fp32 224x224"
 
 
 # ----------------------------------------------------------------------------- timing
@@ -282,7 +176,8 @@ def job_config(root, saved_data, iteration, recorder=None):
 
 def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring, staging,
                recorder=None):
-    """Times `steps` steps with dumpd hooks; returns (step times, bytes per dumped step)."""
+    """Times `steps` steps with dumpd hooks; returns (step times, bytes per dumped step).
+    With a recorder, then triggers once and times it: dumped_run.trigger."""
     cfg = job_config(root, saved_data, iteration, recorder)
     times, dumped, host = [], [], []
     with dumpd.Client(str(cfg), socket=daemon.socket, ring_bytes=ring,
@@ -301,6 +196,8 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
         t0 = time.perf_counter()
         counts = c.flush()
         drain = time.perf_counter() - t0
+        if recorder:
+            dumped_run.trigger = trigger_to_disk(daemon, c, root)
     shutil.rmtree(root, ignore_errors=True)
     assert counts["tensors_failed"] == 0, counts
     dumped_run.host_s = statistics.median(host[2:]) if len(host) > 2 else host[-1]
@@ -310,6 +207,41 @@ def dumped_run(daemon, model, step, root, *, saved_data, iteration, steps, ring,
     dumped_run.breakdown["records"] = (last["records_committed"] - first["records_committed"]) / n
     dumped_run.breakdown["blocked_waits"] = (last["blocked_waits"] - first["blocked_waits"]) / n
     return times, dumped, drain, counts
+
+
+def rss_kib(pid):
+    """VmRSS and RssAnon of `pid` in KiB (kept records stay in the ring and on the device,
+    not in the daemon's heap)."""
+    out = {}
+    for line in open(f"/proc/{pid}/status"):
+        key = line.split(":", 1)[0]
+        if key in ("VmRSS", "RssAnon"):
+            out[key] = int(line.split()[1])
+    return out
+
+
+def trigger_to_disk(daemon, c, root):
+    """A manual trigger after the timed steps: seconds from trigger() until flush() returns
+    (the kept iterations fetched from the device and written, in the page cache), the bytes
+    and tensors written, the device records kept and fetched, and the daemon's RSS while
+    recording and after writing."""
+    before = c.stats()
+    rss_recording = rss_kib(daemon.proc.pid)
+    t0 = time.perf_counter()
+    c.trigger("bench")
+    counts = c.flush()
+    seconds = time.perf_counter() - t0
+    after = c.stats()
+    files = [f for f in Path(root).rglob("*") if f.is_file()]
+    return {"s": seconds, "tensors_written": counts["tensors_written"],
+            "bytes_on_disk": sum(f.stat().st_size for f in files),
+            "iterations": sorted({p.name for f in files for p in f.parents
+                                  if p.name.isdigit() and p.parent.parent.name == "Net"}),
+            "device_records_deferred": before["device_records_deferred"],
+            "device_records_fetched": after["device_records_fetched"] -
+            before["device_records_fetched"],
+            "daemon_rss_kib": {"recording": rss_recording,
+                               "after_trigger": rss_kib(daemon.proc.pid)}}
 
 
 def sync_cpu_run(model, step, root):
@@ -513,19 +445,26 @@ def bench(name, daemon, d2d, d2h, root, steps, skip):
               f"({floor*1e3:.1f} ms)", flush=True)
 
     # The flight recorder always on (issue 22): nothing selected, every step kept, steps 2.
-    for mode, ring in (("statistic", GiB), ("full", 16 * GiB)):
+    # "full" keeps the snapshots in device staging: it holds two steps (~4.7 GB each here).
+    for mode, ring, staging in (("statistic", GiB, GiB), ("full", 16 * GiB, 10 * GiB)):
         times, dumped, drain, counts = dumped_run(
             daemon, model, step, root, saved_data=mode, iteration=NOTHING, steps=steps,
-            ring=ring, staging=GiB, recorder={"steps": 2, "saved_data": mode})
+            ring=ring, staging=staging, recorder={"steps": 2, "saved_data": mode})
         med = statistics.median(times[2:])
         out[f"recorder_{mode}"] = {"step_s": med, "ratio": med / undumped,
                                    "host_s": dumped_run.host_s,
                                    "breakdown_ms": dumped_run.breakdown,
                                    "ring_bytes_per_step": dumped[-1],
-                                   "tensors_written": counts["tensors_written"]}
+                                   "tensors_written": counts["tensors_written"],
+                                   "trigger": dumped_run.trigger}
+        t = dumped_run.trigger
         print(f"[{name}] recorder {mode}, steps 2: {med*1e3:.1f} ms ({med/undumped:.2f}x), "
               f"{dumped[-1]/1e9:.3f} GB/step to the ring, host {dumped_run.host_s*1e3:.1f} ms; "
               f"per step, ms: {fmt(dumped_run.breakdown)}", flush=True)
+        print(f"[{name}] recorder {mode}: trigger to disk {t['s']*1e3:.0f} ms, "
+              f"{t['tensors_written']} tensors, {t['bytes_on_disk']/1e9:.3f} GB, iterations "
+              f"{t['iterations']}; device records kept {t['device_records_deferred']}, fetched "
+              f"{t['device_records_fetched']}; daemon RSS {t['daemon_rss_kib']}", flush=True)
 
     return finish(out, model, step, root, daemon, name, undumped, skip)
 
