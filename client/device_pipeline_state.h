@@ -1,8 +1,10 @@
-// DevicePipeline's per-device state, shared by its translation units (device_pipeline.cc,
-// device_pipeline_hold.cc). Internal to dumpd_client.
+// DevicePipeline's per-device state and constants, shared by its translation units
+// (device_pipeline.cc, device_pipeline_staging.cc, device_pipeline_hold.cc). Internal to
+// dumpd_client.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -10,6 +12,17 @@
 #include "client/device_pipeline.h"
 
 namespace dumpd::client {
+
+inline constexpr uint64_t kStagingAlign = 256;  // copy engines like 256-byte aligned addresses
+// Counter words for one-kernel statistics per device: a word is reused once the record that
+// last took it completed; with more statistics than that in flight, a pass takes two kernels.
+inline constexpr uint64_t kCounterWords = 4096;
+
+inline uint64_t nanosSince(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t)
+          .count());
+}
 
 struct DevicePipeline::DeviceState {
   int device = 0;

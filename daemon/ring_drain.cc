@@ -13,8 +13,6 @@
 namespace dumpd::daemon {
 namespace {
 
-constexpr size_t kMaxReasonBytes = 1024;  // of a trigger's reason
-
 uint64_t memoKey(uint64_t sequence, uint32_t tensor) {
   return sequence * ipc::kMaxTensorsPerRecord + tensor;
 }
@@ -318,127 +316,6 @@ std::shared_ptr<storage::TensorMemo> RingDrain::repeatedTensor(uint64_t sequence
                                : " repeats a tensor of another step, dtype or shape") +
                  "; it is not written");
   return nullptr;
-}
-
-bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
-  if (r.body_bytes < 8) return fail("control record shorter than 8 bytes");
-  uint32_t len = 0;
-  std::memcpy(&len, r.body, 4);
-  if (len > r.body_bytes - 8) return fail("control message runs past its record");
-  if (len > static_cast<uint32_t>(INT32_MAX)) return fail("control message larger than 2 GiB");
-  v1::Control ctl;
-  if (!ctl.ParseFromArray(r.body + 8, static_cast<int>(len))) {
-    return fail("control record does not parse");
-  }
-  const uint64_t payload_off = ipc::alignUp(8 + uint64_t{len}, 8);
-  Status st;
-  switch (ctl.msg_case()) {
-    case v1::Control::kStep: {
-      const uint32_t g = ctl.step().graph_id();
-      const uint32_t i = ctl.step().iteration();
-      if (have_step_ && (g != step_graph_ || i != step_iteration_)) completeStep();
-      // Every step mark ends what a repeat may refer to, as the client's table ends there.
-      memos_.clear();
-      kept_memos_.clear();
-      // From this step on, the selection the client applied (it switched at this mark).
-      if (ctl.step().selection_generation() != applied_generation_) {
-        applySelection(ctl.step().selection_generation());
-      }
-      have_step_ = true;
-      step_graph_ = g;
-      step_iteration_ = i;
-      graph_id_.store(g, std::memory_order_relaxed);
-      iteration_.store(i, std::memory_order_relaxed);
-      break;
-    }
-    case v1::Control::kGraph:
-      st = writer_->writeGraph(ctl.graph().graph_id(), ctl.graph().ir_text(),
-                               ctl.graph().pb_bytes());
-      break;
-    case v1::Control::kExecutionOrder: {
-      std::vector<std::string> names(ctl.execution_order().op_names().begin(),
-                                     ctl.execution_order().op_names().end());
-      st = writer_->writeExecutionOrder(ctl.execution_order().graph_id(), names);
-      break;
-    }
-    case v1::Control::kKernelArgs: {
-      const v1::KernelArgs& k = ctl.kernel_args();
-      const bool written =
-          selected(k.iteration()) || (recorder_ && recorder_->writes(k.iteration()));
-      if (plan_.save_kernel_args && filter_.deviceSelected(device_) && written &&
-          filter_.opSelected(k.op_name())) {
-        std::vector<std::pair<std::string, std::string>> args(k.args().begin(), k.args().end());
-        std::sort(args.begin(), args.end());
-        st = writer_->writeKernelArgs(k.graph_id(), k.iteration(), k.op_type(), k.op_name(), args);
-      }
-      break;
-    }
-    case v1::Control::kConstant: {
-      const v1::Constant& c = ctl.constant();
-      std::vector<int64_t> shape(c.shape().begin(), c.shape().end());
-      const bool dtype_ok = c.dtype() < 256 && dtypeValid(static_cast<uint8_t>(c.dtype()));
-      const auto elements =
-          dtype_ok && shape.size() <= ipc::kMaxDims ? elementCount(shape) : std::nullopt;
-      const auto dtype = static_cast<DType>(c.dtype());
-      if (!elements || sourceBytes(dtype, *elements) != c.data_bytes() ||
-          payload_off > r.body_bytes || c.data_bytes() > r.body_bytes - payload_off) {
-        return fail("constant " + c.data_id() + " has an inconsistent shape or size");
-      }
-      if (filter_.deviceSelected(device_)) {
-        storage::TensorView v;
-        v.io = Io::kOutput;
-        v.dtype = dtype;
-        v.shape = shape;
-        v.timestamp_us = c.timestamp_us();
-        v.data = std::span<const std::byte>(r.body + payload_off, c.data_bytes());
-        st = writer_->writeConstant(c.graph_id(), c.data_id(), v);
-        if (st) counters_.tensors_written.fetch_add(1, std::memory_order_relaxed);
-      }
-      break;
-    }
-    case v1::Control::kTrigger:
-      triggerManually(ctl.trigger().reason().substr(0, kMaxReasonBytes));
-      break;
-    case v1::Control::kLoss:
-      if (recorder_ && recorder_->accepts(config::RecorderTrigger::kLossSpike)) {
-        if (auto e = recorder_->onLoss(ctl.loss().iteration(), ctl.loss().value())) {
-          e->iteration = step_iteration_;
-          fire(std::move(*e));
-        }
-      }
-      break;
-    case v1::Control::MSG_NOT_SET:
-      return fail("empty control record");
-  }
-  if (!st) warnings_.warn(st.error().message);
-  release_.push(r.end, r.sequence, true);
-  return true;
-}
-
-void RingDrain::applySelection(uint64_t generation) {
-  std::optional<Selection> s = selection_ ? selection_->find(generation) : std::nullopt;
-  if (!s) {
-    // A client naming a generation the daemon never sent (or one long replaced): keep the
-    // current selection, say so once per step.
-    warnings_.warn("the client applied selection " + std::to_string(generation) +
-                   ", which dumpd does not know; the selection is unchanged");
-    return;
-  }
-  auto set = config::IterationSet::parse(s->iteration);
-  if (set) filter_.setIterations(std::move(set).value());
-  paused_ = s->paused;
-  applied_generation_ = generation;
-  if (recorder_) {
-    recorder_->setEnabled(s->recorder_on);
-    if (!s->recorder_on) releaseKept(recorder_->releaseAll());
-  }
-  spdlog::info("session {}: selection {} in force from iteration {}: iteration \"{}\"{}{}", id_,
-               generation, step_iteration_, escapeForLog(s->iteration), s->paused ? ", paused" : "",
-               recorder_ ? (s->recorder_on ? ", recorder on" : ", recorder off") : "");
-}
-
-void RingDrain::appendJournal(std::string_view name, const std::string& line) {
-  if (Status st = writer_->appendJournal(name, line); !st) warnings_.warn(st.error().message);
 }
 
 void RingDrain::completeStep() {

@@ -127,9 +127,10 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool selected(uint32_t iteration) const {
     return !paused_ && filter_.iterationSelected(iteration);
   }
-  // Switches to the selection the client applied at this step mark.
+  // Switches to the selection the client applied at this step mark (ring_drain_control.cc).
   void applySelection(uint64_t generation);
   bool handleOp(const ipc::RingConsumer::Record& r);
+  // Step marks, graphs, constants, triggers, losses (ring_drain_control.cc).
   bool handleControl(const ipc::RingConsumer::Record& r);
   void completeStep();
   // Hands `task` (ring record `slot`, pushed or put back in flight) to the writer pool.
