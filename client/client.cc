@@ -140,13 +140,12 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
       s.data_bytes = sizeof(ipc::StatsPayload);
     } else if (defer && t.memory == Memory::kCuda && t.bytes != 0) {
       // Kept on the device by the flight recorder: its statistics now, its bytes on a fetch.
-      // Never a dump-once source or reference: its bytes may never arrive.
+      // A dump-once source like any other (a repeat becomes a reference below and takes no
+      // snapshot); should its bytes never arrive, the daemon fails its repeats with it.
       s.payload = ipc::PayloadKind::kDeferred;
       s.data_bytes = ipc::kDeferredHeaderBytes + t.bytes;
     }
-    if (dump_once && t.identity != 0 && t.bytes != 0 && s.payload != ipc::PayloadKind::kDeferred) {
-      m.markRepeat(t, s);
-    }
+    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(t, s);
     m.specs.push_back(s);
     m.selected.push_back(&t);
     payload_bytes += s.data_bytes;

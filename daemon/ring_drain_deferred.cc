@@ -32,9 +32,6 @@ bool RingDrain::deferredPayloadValid(uint64_t sequence, const ipc::DecodedOp& op
   if (!storage::hasStatistics(dtype)) {
     return fail(where + " is kept on the device, but its dtype has no statistics");
   }
-  if (t.memo) {
-    return fail(where + " is kept on the device and flagged as a dump-once source");
-  }
   if (reinterpret_cast<uintptr_t>(t.data) % alignof(ipc::DeferredPayload) != 0) {
     return fail(where + " is kept on the device at a misaligned payload offset");
   }
@@ -114,6 +111,12 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
     for (size_t i = 0; i < t->views.size(); ++i) {
       if (drop[i]) {
         ++lost;
+        // A dump-once source: its repeats fail with it rather than wait for its file.
+        if (storage::TensorMemo* memo = t->views[i].memo; memo != nullptr) {
+          storage::MemoResult m;
+          m.error = "it was kept on the client's device and never reached the host";
+          memo->publish(std::move(m));
+        }
         continue;
       }
       kept.push_back(t->views[i]);

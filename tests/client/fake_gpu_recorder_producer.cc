@@ -6,13 +6,17 @@
 // input 0: int32[n], element k = k + 7i + 1000s; output 0: float32[n], element k =
 // 0.5k + i + s. Right after each dumpOp the stream overwrites both buffers (0xAB / 0xCD):
 // the files must still hold the values above.
+// With --chain, op i > 0 also takes op i-1's output as its input 1 (the same device buffer
+// and identity, as a layer takes the last one's activation): dump once sends it as a
+// reference. Op i-1's output is overwritten after op i instead.
 //
 //   --socket PATH --config FILE --steps S --ops N --elements n --staging BYTES
 //   --recorder JSON    the flight_recorder option (docs/recorder.md)
 //   --inf-step K       output element 1 of op 1 is +inf at step K
 //   --kill-step K      SIGKILL itself after the ops of step K (flushed first)
 //   --delay-us D       the fake device's largest delay per operation
-// Prints "stats deferred D fetched F released R records C" before it exits.
+//   --chain            op i > 0 repeats op i-1's output as its input 1
+// Prints "stats deferred D fetched F released R records C deduplicated T" before it exits.
 #include <signal.h>
 
 #include <cstdlib>
@@ -31,7 +35,7 @@ namespace {
 void printStats(const dumpd::client::Stats& s) {
   std::cout << "stats deferred " << s.device_records_deferred << " fetched "
             << s.device_records_fetched << " released " << s.device_records_released << " records "
-            << s.device_records << std::endl;
+            << s.device_records << " deduplicated " << s.tensors_deduplicated << std::endl;
 }
 
 }  // namespace
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
   args.delay_us = 100;
   uint64_t steps = 10;
   int64_t inf_step = -1, kill_step = -1;
+  bool chain = false;
   const bool parsed = dumpd::testing::parseFakeProducerOptions(
       argc, argv, args, [&](const std::string& k, const char* v) {
         if (k == "--steps") {
@@ -52,6 +57,8 @@ int main(int argc, char** argv) {
           inf_step = std::strtoll(v, nullptr, 10);
         } else if (k == "--kill-step") {
           kill_step = std::strtoll(v, nullptr, 10);
+        } else if (k == "--chain") {
+          chain = std::strcmp(v, "1") == 0;
         } else {
           return false;
         }
@@ -89,13 +96,24 @@ int main(int argc, char** argv) {
         }
         if (inf) out[1] = std::numeric_limits<float>::infinity();
       });
-      dumpd::client::Tensor t[2];
+      // Identities change every step (a new activation each step).
+      const auto identity = [&](uint64_t op_index) { return ((s + 1) << 16) | (op_index + 1); };
+      const bool repeats = chain && i > 0;
+      dumpd::client::Tensor t[3];
       t[0].io = dumpd::Io::kInput;
       t[0].dtype = dumpd::DType::kInt32;
       t[0].data = in;
       t[1].io = dumpd::Io::kOutput;
       t[1].dtype = dumpd::DType::kFloat32;
       t[1].data = out;
+      t[1].identity = chain ? identity(i) : 0;
+      if (repeats) {
+        t[2].io = dumpd::Io::kInput;
+        t[2].slot = 1;
+        t[2].dtype = dumpd::DType::kFloat32;
+        t[2].data = outs[i - 1];
+        t[2].identity = identity(i - 1);
+      }
       for (auto& x : t) {
         x.shape = shape;
         x.bytes = bytes;
@@ -105,16 +123,20 @@ int main(int argc, char** argv) {
       dumpd::client::OpCall op;
       op.op_type = "Fake";
       op.op_name = name;
-      op.tensors = t;
+      op.tensors = std::span(t, repeats ? 3 : 2);
       op.stream = stream;
       if (auto r = client.dumpOp(op); !r) {
         std::cerr << "dumpOp: " << r.error().message << "\n";
         return 1;
       }
-      // The next op's work reuses the memory at once.
+      // The next op's work reuses the memory at once (with --chain, op i-1's output once op
+      // i took it).
+      float* done = chain ? (i > 0 ? outs[i - 1] : nullptr) : out;
+      float* last = chain && i + 1 == ops ? out : nullptr;
       fake->enqueue(stream, [=] {
         std::memset(in, 0xAB, bytes);
-        std::memset(out, 0xCD, bytes);
+        if (done != nullptr) std::memset(done, 0xCD, bytes);
+        if (last != nullptr) std::memset(last, 0xCD, bytes);
       });
     }
     if (static_cast<int64_t>(s) == kill_step) {

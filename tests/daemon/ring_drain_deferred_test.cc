@@ -156,5 +156,72 @@ TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver
   d->finish();
 }
 
+// Op "source" (record 2 after a step mark): one float32[2] kept on the device, {1, 2} once
+// filled, flagged as a dump-once source; then op "again" (record 3) repeating it.
+void commitSourceAndRepeat(TestProducer& ring, uint64_t state) {
+  const std::vector<int64_t> two{2};
+  ipc::TensorSpec t;
+  t.dtype = static_cast<uint8_t>(DType::kFloat32);
+  t.shape = two;
+  t.payload = ipc::PayloadKind::kDeferred;
+  t.memo = true;
+  const std::string payload = deferredPayload({1, 2}, state, state == ipc::kDeferredFilled);
+  t.data_bytes = payload.size();
+  ipc::OpSpec op;
+  op.op_type = "Add";
+  op.op_name = "source";
+  op.tensors = std::span(&t, 1);
+  ring.commit(ring.reserve(op, {payload}));
+  const ipc::SamePayload same{/*sequence=*/2, /*tensor=*/0, 0};
+  t.payload = ipc::PayloadKind::kSame;
+  t.memo = false;
+  t.data_bytes = sizeof same;
+  op.op_name = "again";
+  ring.commit(ring.reserve(op, {std::string(reinterpret_cast<const char*>(&same), sizeof same)}));
+}
+
+// Dump once with tensors kept on the device: the source and its repeat, kept, then written
+// by a manual trigger.
+class DeferredRepeatTest : public RingDrainTest {
+ protected:
+  std::shared_ptr<RingDrain> triggerWithSource(uint64_t state) {
+    auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
+    ring_.step(0, 0);
+    commitSourceAndRepeat(ring_, state);
+    EXPECT_TRUE(drainAll(*d));
+    d->triggerManually("look");
+    d->finish();
+    return d;
+  }
+};
+
+// The repeat took no snapshot, and is written as a link to its source's file once the source
+// is fetched.
+TEST_F(DeferredRepeatTest, ARepeatOfAFetchedDeferredTensorLinksItsFile) {
+  auto d = triggerWithSource(ipc::kDeferredFilled);
+  EXPECT_EQ(d->counters().tensors_written.load(), 2u) << lastWarning(*d);
+  EXPECT_EQ(d->counters().tensors_linked.load(), 1u);
+  EXPECT_EQ(d->counters().tensors_failed.load(), 0u);
+  std::vector<std::string> contents;
+  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
+    if (f.ends_with(".npy")) contents.push_back(fs_->readFile("rank_0/Net/0/0/" + f).value_or(""));
+  }
+  ASSERT_EQ(contents.size(), 2u);
+  EXPECT_TRUE(contents[0].ends_with(floatBytes({1, 2})));
+  EXPECT_EQ(contents[0], contents[1]);
+}
+
+// Its source never reached the host (given up for staging space): the repeat fails with it,
+// and the trigger returns (a writer waiting for the source's file would wait for ever).
+TEST_F(DeferredRepeatTest, ARepeatOfALostDeferredTensorFailsWithIt) {
+  auto d = triggerWithSource(ipc::kDeferredLost);
+  EXPECT_EQ(d->counters().tensors_written.load(), 0u);
+  EXPECT_EQ(d->counters().tensors_failed.load(), 2u) << "the source and its repeat";
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["device_tensors_lost"], 1);
+  EXPECT_NE(lastWarning(*d).find("never reached the host"), std::string::npos) << lastWarning(*d);
+}
+
 }  // namespace
 }  // namespace dumpd::daemon::testing

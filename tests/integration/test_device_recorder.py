@@ -94,6 +94,37 @@ def test_inf_fetches_the_kept_steps_from_the_device(daemon, workdir, staging):
     assert "device staging" not in daemon.logtext()
 
 
+def test_a_repeated_device_tensor_is_kept_once_and_written_as_a_link(daemon, workdir):
+    # --chain: op i > 0 takes op i-1's output as its input 1 (same buffer, same identity).
+    # Dump once sends it as a reference: no second snapshot on the device, and its file is a
+    # hard link of the source's, fetched from the device on the trigger.
+    cfg, recorder = config(workdir)
+    out = run(daemon, cfg, recorder, "--steps", 30, "--inf-step", 17, "--staging", 1 << 20,
+              "--chain", 1)
+    assert out.returncode == 0, out.stdout + out.stderr + daemon.logtext()
+    root = workdir / "dump"
+    index = {}
+    for f in npy_files(root):
+        fields = parse_name(f)
+        op = int(fields["op_name"].rsplit("-op", 1)[1])
+        index[(int(f.parent.name), op, fields["io"], int(fields["slot"]))] = f
+    assert sorted({k[0] for k in index}) == [15, 16, 17, 18], out.stdout + daemon.logtext()
+    assert len(index) == 4 * (OPS * 2 + OPS - 1)
+    for (step, op, io, slot), f in index.items():
+        source = (step, op - 1, "output") if slot == 1 else (step, op, io)
+        want = expected(*source)
+        if source == (17, 1, "output"):
+            want[1] = np.inf
+        np.testing.assert_array_equal(np.load(f), want, err_msg=f"step {step} op {op} {io} {slot}")
+        if slot == 1:
+            assert f.stat().st_ino == index[(step, op - 1, "output", 0)].stat().st_ino, f
+    s = stats(out)
+    m = re.search(r"deduplicated (\d+)", out.stdout)
+    assert m and int(m.group(1)) >= 19 * (OPS - 1), out.stdout  # steps 0-18, ops 1..OPS-1
+    assert s["deferred"] >= 18 * OPS, s
+    assert f"written {len(index)} failed 0" in out.stdout, out.stdout
+
+
 def test_nothing_crosses_to_the_host_without_a_trigger(daemon, workdir):
     cfg, recorder = config(workdir)
     out = run(daemon, cfg, recorder, "--steps", 12, "--staging", 1 << 20)
