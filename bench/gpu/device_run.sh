@@ -5,6 +5,9 @@
 # by bench/gpu/make_kit (build here, run there); results go to $OUT.
 #   NODE_ARGS overrides node_bench.py's arguments, GPU_ARGS adds gpu_bench.py's (e.g.
 #   --skip sync,every); SKIP="tests gpu" skips parts (tests node memory path gpu).
+# The flight recorder's rows only (issue 22: tests/gpu, then the recorder rows with the time
+# from a trigger to disk and the daemon's RSS), about 3 minutes:
+#   SKIP="node memory path" GPU_ARGS="--skip one,statistics,every,profile,trace,split,sync,kernels"
 set -uo pipefail
 cd "$(dirname "$0")"
 export DUMPD_BIN=$PWD/bin/dumpd DUMPCTL_BIN=$PWD/bin/dumpctl PYTHONPATH=$PWD/python

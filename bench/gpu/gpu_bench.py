@@ -406,31 +406,33 @@ def bench(name, daemon, d2d, d2h, root, steps, skip):
           flush=True)
 
     # One selected iteration in full (iteration 3 of 0..7): staging and ring hold a step.
-    times, dumped, drain, counts = dumped_run(
-        daemon, model, step, root, saved_data="tensor", iteration="3", steps=8, ring=8 * GiB,
-        staging=10 * GiB)
-    b = dumped[3]
-    out["one_iteration"] = {"step_s": times[3], "bytes": b, "drain_after_s": drain,
-                            "host_s": dumped_run.host_s,
-                            "next_steps_s": times[4:], "ratio": times[3] / undumped,
-                            "tensors_written": counts["tensors_written"]}
-    snapshot_floor = undumped + b / d2d
-    out["one_iteration"]["snapshot_floor_ratio"] = snapshot_floor / undumped
-    print(f"[{name}] one iteration: {times[3]*1e3:.1f} ms ({times[3]/undumped:.2f}x), "
-          f"{b/1e9:.2f} GB, snapshot floor {snapshot_floor/undumped:.2f}x", flush=True)
+    if "one" not in skip:
+        times, dumped, drain, counts = dumped_run(
+            daemon, model, step, root, saved_data="tensor", iteration="3", steps=8, ring=8 * GiB,
+            staging=10 * GiB)
+        b = dumped[3]
+        out["one_iteration"] = {"step_s": times[3], "bytes": b, "drain_after_s": drain,
+                                "host_s": dumped_run.host_s,
+                                "next_steps_s": times[4:], "ratio": times[3] / undumped,
+                                "tensors_written": counts["tensors_written"]}
+        snapshot_floor = undumped + b / d2d
+        out["one_iteration"]["snapshot_floor_ratio"] = snapshot_floor / undumped
+        print(f"[{name}] one iteration: {times[3]*1e3:.1f} ms ({times[3]/undumped:.2f}x), "
+              f"{b/1e9:.2f} GB, snapshot floor {snapshot_floor/undumped:.2f}x", flush=True)
 
-    # Every iteration, statistics only (no device statistics yet: bytes still cross).
-    times, dumped, drain, _ = dumped_run(
-        daemon, model, step, root, saved_data="statistic", iteration="all", steps=steps,
-        ring=8 * GiB, staging=GiB)
-    med = statistics.median(times[2:])
-    out["statistics_every_iteration"] = {"step_s": med, "ratio": med / undumped,
-                                         "host_s": dumped_run.host_s,
-                                         "bytes_per_step": dumped[-1]}
-    out["statistics_every_iteration"]["breakdown_ms"] = dumped_run.breakdown
-    print(f"[{name}] statistics every iteration: {med*1e3:.1f} ms ({med/undumped:.2f}x), host "
-          f"{dumped_run.host_s*1e3:.1f} ms; per step, ms: {fmt(dumped_run.breakdown)}",
-          flush=True)
+    # Every iteration, statistics only (computed on the device: 96 bytes cross per tensor).
+    if "statistics" not in skip:
+        times, dumped, drain, _ = dumped_run(
+            daemon, model, step, root, saved_data="statistic", iteration="all", steps=steps,
+            ring=8 * GiB, staging=GiB)
+        med = statistics.median(times[2:])
+        out["statistics_every_iteration"] = {"step_s": med, "ratio": med / undumped,
+                                             "host_s": dumped_run.host_s,
+                                             "bytes_per_step": dumped[-1]}
+        out["statistics_every_iteration"]["breakdown_ms"] = dumped_run.breakdown
+        print(f"[{name}] statistics every iteration: {med*1e3:.1f} ms ({med/undumped:.2f}x), host "
+              f"{dumped_run.host_s*1e3:.1f} ms; per step, ms: {fmt(dumped_run.breakdown)}",
+              flush=True)
 
     # Every iteration in full: against the device-to-host floor of the bytes.
     if "every" not in skip:
@@ -446,7 +448,9 @@ def bench(name, daemon, d2d, d2h, root, steps, skip):
 
     # The flight recorder always on (issue 22): nothing selected, every step kept, steps 2.
     # "full" keeps the snapshots in device staging: it holds two steps (~4.7 GB each here).
-    for mode, ring, staging in (("statistic", GiB, GiB), ("full", 16 * GiB, 10 * GiB)):
+    recorder_rows = [] if "recorder" in skip else [("statistic", GiB, GiB),
+                                                   ("full", 16 * GiB, 10 * GiB)]
+    for mode, ring, staging in recorder_rows:
         times, dumped, drain, counts = dumped_run(
             daemon, model, step, root, saved_data=mode, iteration=NOTHING, steps=steps,
             ring=ring, staging=staging, recorder={"steps": 2, "saved_data": mode})
@@ -492,8 +496,9 @@ def main():
     ap.add_argument("--workloads", default="gpt,resnet")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--root", default="/dev/shm/dumpd-gpu-bench")
-    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: every "
-                    "(every iteration in full), profile, trace, split, sync, "
+    ap.add_argument("--skip", default="", help="comma-separated parts to leave out: one (one "
+                    "iteration in full), statistics (every iteration's statistics), every "
+                    "(every iteration in full), recorder, profile, trace, split, sync, "
                     "kernels")
     args = ap.parse_args()
     if not torch.cuda.is_available():
