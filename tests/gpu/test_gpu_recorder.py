@@ -76,6 +76,63 @@ def test_kept_cuda_iterations_are_written_bit_identical_on_an_inf(daemon, tmp_pa
         "inf", 7, "Default/Mul-op1", "output 0")
 
 
+def run_chain(daemon, tmp_path, device):
+    """Linear -> Tanh -> Linear through dumpd.torch, recorded on `device`, a manual trigger at
+    step 5. Returns (the files, the values each module gave at each step, the client's stats,
+    the hook names)."""
+    config = recorder_config(tmp_path)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 256)).to(device)
+    x = torch.randn(64, 256, device=device)
+    seen = {}
+    at = [0]
+
+    def keep(index):
+        def hook(module, args, out):
+            seen[(at[0], index)] = out.detach().cpu().numpy().copy()
+        return hook
+    with dumpd.Client(str(config), socket=daemon.socket, device_staging_bytes=1 << 30) as c:
+        h = dumpd.torch.attach(model, c)
+        for index, module in enumerate(model):
+            module.register_forward_hook(keep(index))  # after dumpd's hook
+        with torch.no_grad():
+            for step in range(8):
+                at[0] = step
+                dumpd.torch.step(c, step)
+                model(x)
+                if step == 5:
+                    c.trigger("look")
+        c.flush()
+        stats = c.stats()
+        h.remove()
+    names = [h.names[str(i)].replace("/", "_") for i in range(3)]
+    seen["x"] = x.cpu().numpy()
+    return files_by_key(tmp_path / "dump"), seen, stats, names
+
+
+def check_chain(files, seen, names):
+    assert sorted({k[0] for k in files}) == [3, 4, 5, 6]
+    for step in (3, 4, 5, 6):
+        for i in range(3):
+            out = files[(step, names[i], "output", 0)]
+            inp = files[(step, names[i], "input", 0)]
+            assert np.array_equal(out.load(), seen[(step, i)]), (step, i)
+            assert np.array_equal(inp.load(), seen[(step, i - 1)] if i else seen["x"]), (step, i)
+            if i:  # the last module's output, repeated: one file, linked
+                prev = files[(step, names[i - 1], "output", 0)]
+                assert inp.path.stat().st_ino == prev.path.stat().st_ino, (step, i)
+
+
+def test_a_repeated_cuda_tensor_is_kept_once_on_the_device_and_linked(daemon, tmp_path):
+    files, seen, stats, names = run_chain(daemon, tmp_path, "cuda")
+    check_chain(files, seen, names)
+    # Kept on the device until the trigger, each repeat a reference (no second snapshot).
+    assert stats["device_records_deferred"] >= 3 * 3, stats
+    assert stats["device_records_fetched"] >= 3 * 3, stats
+    assert stats["tensors_deduplicated"] >= 7 * 2, stats
+
+
 def test_a_nan_in_a_statistics_only_recorder_is_found_by_the_device_statistics(daemon,
                                                                                tmp_path):
     config = recorder_config(tmp_path, saved_data="statistic", steps=2, after_steps=0)
