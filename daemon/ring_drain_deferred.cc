@@ -57,7 +57,6 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
     return false;
   };
   const auto alive = [&] { return producer_alive_ && producer_alive_(); };
-  bool answered = true;  // false: the client is alive but did not copy them in time
   if (pending() && alive() && !fetch_unanswered_) {
     ring_.requestFetch(from, through_iteration);
     // The client's issuer looks for the request every few milliseconds, then waits for its
@@ -75,7 +74,8 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
       std::this_thread::sleep_for(kFetchPoll);
     }
   }
-  answered = !fetch_unanswered_ || !alive();
+  // False: the client is alive but did not copy them in time.
+  const bool answered = !fetch_unanswered_ || !alive();
   uint64_t lost = 0;
   for (OpTask* t : tasks) {
     std::vector<bool> drop(t->views.size(), false);
