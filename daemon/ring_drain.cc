@@ -270,10 +270,14 @@ void RingDrain::submitWrite(std::shared_ptr<OpTask> task, uint64_t slot) {
     c.bytes_written.fetch_add(done.bytes_written, std::memory_order_relaxed);
     c.tensors_linked.fetch_add(done.tensors_linked, std::memory_order_relaxed);
     if (!out) {
-      // The failing tensor and every one after it in this record.
+      // The failing tensor and every one after it in this record (and repeats before it
+      // that failed alone).
       c.tensors_failed.fetch_add(task->views.size() - done.tensors_written - done.tensors_dropped,
                                  std::memory_order_relaxed);
       self->warnings_.warn(out.error().message);
+    } else if (done.tensors_failed != 0) {
+      c.tensors_failed.fetch_add(done.tensors_failed, std::memory_order_relaxed);
+      self->warnings_.warn(done.failure);
     }
     self->release_.markDone(slot);
   });

@@ -55,6 +55,10 @@ struct OpOutcome {
   // hard links, plus the new first files of repeats_copied.
   uint32_t tensors_linked = 0;
   uint32_t repeats_copied = 0;  // of tensors_linked: copies (link limit, or no link possible)
+  // Repeats whose source was not written (failed, lost, never dumped): each fails alone and
+  // the rest of its op is written. `failure` says why the first of them failed.
+  uint32_t tensors_failed = 0;
+  std::string failure;
 };
 
 struct JobCounters {

@@ -215,13 +215,23 @@ Status TensorFiles::writeTensor(DirLease& lease, OpRows& rows, const OpRecord& o
 Status TensorFiles::writeRepeat(DirLease& lease, OpRows& rows, const OpRecord& op,
                                 const TensorView& t, uint64_t elements, OpOutcome& outcome) const {
   DirState& ds = lease.state();
+  auto what = [&](const std::string& why) {
+    return "tensor " + std::string(op.op_name) + " " + std::string(ioName(t.io)) + " " +
+           std::to_string(t.slot) + " " + why;
+  };
   auto refuse = [&](const std::string& why) {
-    return makeError(ErrorCode::kInvalidArgument, "tensor " + std::string(op.op_name) + " " +
-                                                      std::string(ioName(t.io)) + " " +
-                                                      std::to_string(t.slot) + " " + why);
+    return makeError(ErrorCode::kInvalidArgument, what(why));
   };
   const MemoResult& source = t.same_as->wait();
-  if (!source.ok) return refuse("repeats a tensor that was not written: " + source.error);
+  if (!source.ok) {
+    // This tensor alone fails; the rest of its op is written (a lost source must not take
+    // every later tensor of a chain of ops with it).
+    std::string why = what("repeats a tensor that was not written: " + source.error);
+    ++outcome.tensors_failed;
+    if (t.memo != nullptr) t.memo->publish(MemoResult{false, why});
+    if (outcome.failure.empty()) outcome.failure = std::move(why);
+    return {};
+  }
   const uint64_t timestamp = t.timestamp_us != 0 ? t.timestamp_us : nowMicros();
   const bool want_payload = op.savesTensors(plan_);
   const bool want_stats = op.savesStatistics(plan_) && hasStatistics(t.dtype);

@@ -16,14 +16,17 @@
 //   --kill-step K      SIGKILL itself after the ops of step K (flushed first)
 //   --delay-us D       the fake device's largest delay per operation
 //   --chain            op i > 0 repeats op i-1's output as its input 1
+//   --pause-step K     sleep --pause-ms (default 2000) after marking step K, before its ops
 // Prints "stats deferred D fetched F released R records C deduplicated T" before it exits.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   uint64_t steps = 10;
   int64_t inf_step = -1, kill_step = -1;
   bool chain = false;
+  int64_t pause_step = -1, pause_ms = 2000;
   const bool parsed = dumpd::testing::parseFakeProducerOptions(
       argc, argv, args, [&](const std::string& k, const char* v) {
         if (k == "--steps") {
@@ -59,6 +63,10 @@ int main(int argc, char** argv) {
           kill_step = std::strtoll(v, nullptr, 10);
         } else if (k == "--chain") {
           chain = std::strcmp(v, "1") == 0;
+        } else if (k == "--pause-step") {
+          pause_step = std::strtoll(v, nullptr, 10);
+        } else if (k == "--pause-ms") {
+          pause_ms = std::strtoll(v, nullptr, 10);
         } else {
           return false;
         }
@@ -84,6 +92,9 @@ int main(int argc, char** argv) {
       std::cerr << "setStep: " << st.error().message << "\n";
       return 1;
     }
+    if (static_cast<int64_t>(s) == pause_step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
     for (uint64_t i = 0; i < ops; ++i) {
       int32_t* in = ins[i];
       float* out = outs[i];
@@ -99,20 +110,22 @@ int main(int argc, char** argv) {
       // Identities change every step (a new activation each step).
       const auto identity = [&](uint64_t op_index) { return ((s + 1) << 16) | (op_index + 1); };
       const bool repeats = chain && i > 0;
+      // Inputs first, as a framework lists them: input 0, (input 1,) output 0.
       dumpd::client::Tensor t[3];
       t[0].io = dumpd::Io::kInput;
       t[0].dtype = dumpd::DType::kInt32;
       t[0].data = in;
-      t[1].io = dumpd::Io::kOutput;
-      t[1].dtype = dumpd::DType::kFloat32;
-      t[1].data = out;
-      t[1].identity = chain ? identity(i) : 0;
+      dumpd::client::Tensor& o = t[repeats ? 2 : 1];
+      o.io = dumpd::Io::kOutput;
+      o.dtype = dumpd::DType::kFloat32;
+      o.data = out;
+      o.identity = chain ? identity(i) : 0;
       if (repeats) {
-        t[2].io = dumpd::Io::kInput;
-        t[2].slot = 1;
-        t[2].dtype = dumpd::DType::kFloat32;
-        t[2].data = outs[i - 1];
-        t[2].identity = identity(i - 1);
+        t[1].io = dumpd::Io::kInput;
+        t[1].slot = 1;
+        t[1].dtype = dumpd::DType::kFloat32;
+        t[1].data = outs[i - 1];
+        t[1].identity = identity(i - 1);
       }
       for (auto& x : t) {
         x.shape = shape;

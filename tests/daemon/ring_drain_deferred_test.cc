@@ -157,12 +157,14 @@ TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver
 }
 
 // Op "source" (record 2 after a step mark): one float32[2] kept on the device, {1, 2} once
-// filled, flagged as a dump-once source; then op "again" (record 3) repeating it.
+// filled, flagged as a dump-once source; then op "again" (record 3): input 0 repeats it,
+// output 0 is its own host float32[2] {7, 8}.
 void commitSourceAndRepeat(TestProducer& ring, uint64_t state) {
   const std::vector<int64_t> two{2};
   ipc::TensorSpec t;
   t.dtype = static_cast<uint8_t>(DType::kFloat32);
   t.shape = two;
+  t.io = static_cast<uint8_t>(Io::kOutput);
   t.payload = ipc::PayloadKind::kDeferred;
   t.memo = true;
   const std::string payload = deferredPayload({1, 2}, state, state == ipc::kDeferredFilled);
@@ -173,17 +175,33 @@ void commitSourceAndRepeat(TestProducer& ring, uint64_t state) {
   op.tensors = std::span(&t, 1);
   ring.commit(ring.reserve(op, {payload}));
   const ipc::SamePayload same{/*sequence=*/2, /*tensor=*/0, 0};
-  t.payload = ipc::PayloadKind::kSame;
-  t.memo = false;
-  t.data_bytes = sizeof same;
+  ipc::TensorSpec again[2];
+  again[0].dtype = again[1].dtype = static_cast<uint8_t>(DType::kFloat32);
+  again[0].shape = again[1].shape = two;
+  again[0].io = static_cast<uint8_t>(Io::kInput);
+  again[0].payload = ipc::PayloadKind::kSame;
+  again[0].data_bytes = sizeof same;
+  again[1].io = static_cast<uint8_t>(Io::kOutput);
+  again[1].data_bytes = 8;
   op.op_name = "again";
-  ring.commit(ring.reserve(op, {std::string(reinterpret_cast<const char*>(&same), sizeof same)}));
+  op.tensors = std::span(again, 2);
+  ring.commit(ring.reserve(
+      op, {std::string(reinterpret_cast<const char*>(&same), sizeof same), floatBytes({7, 8})}));
 }
 
 // Dump once with tensors kept on the device: the source and its repeat, kept, then written
 // by a manual trigger.
 class DeferredRepeatTest : public RingDrainTest {
  protected:
+  // The bytes of op `op`'s `io` file in iteration 0 ("" when there is none).
+  std::string npyOf(const std::string& op, const std::string& io) const {
+    for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
+      if (f.starts_with("Add." + op + ".") && f.find("." + io + ".") != std::string::npos) {
+        return fs_->readFile("rank_0/Net/0/0/" + f).value_or("");
+      }
+    }
+    return "";
+  }
   std::shared_ptr<RingDrain> triggerWithSource(uint64_t state) {
     auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
     ring_.step(0, 0);
@@ -199,23 +217,24 @@ class DeferredRepeatTest : public RingDrainTest {
 // is fetched.
 TEST_F(DeferredRepeatTest, ARepeatOfAFetchedDeferredTensorLinksItsFile) {
   auto d = triggerWithSource(ipc::kDeferredFilled);
-  EXPECT_EQ(d->counters().tensors_written.load(), 2u) << lastWarning(*d);
+  EXPECT_EQ(d->counters().tensors_written.load(), 3u) << lastWarning(*d);
   EXPECT_EQ(d->counters().tensors_linked.load(), 1u);
   EXPECT_EQ(d->counters().tensors_failed.load(), 0u);
-  std::vector<std::string> contents;
-  for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0/0")) {
-    if (f.ends_with(".npy")) contents.push_back(fs_->readFile("rank_0/Net/0/0/" + f).value_or(""));
-  }
-  ASSERT_EQ(contents.size(), 2u);
-  EXPECT_TRUE(contents[0].ends_with(floatBytes({1, 2})));
-  EXPECT_EQ(contents[0], contents[1]);
+  const std::string source = npyOf("source", "output");
+  EXPECT_TRUE(source.ends_with(floatBytes({1, 2})));
+  EXPECT_EQ(npyOf("again", "input"), source);
+  EXPECT_TRUE(npyOf("again", "output").ends_with(floatBytes({7, 8})));
 }
 
 // Its source never reached the host (given up for staging space): the repeat fails with it,
 // and the trigger returns (a writer waiting for the source's file would wait for ever).
+// ... and nothing else of the repeat's op: its own output is written (a lost snapshot must
+// not take every later op of a chain with it).
 TEST_F(DeferredRepeatTest, ARepeatOfALostDeferredTensorFailsWithIt) {
   auto d = triggerWithSource(ipc::kDeferredLost);
-  EXPECT_EQ(d->counters().tensors_written.load(), 0u);
+  EXPECT_EQ(d->counters().tensors_written.load(), 1u);
+  EXPECT_TRUE(npyOf("again", "output").ends_with(floatBytes({7, 8})));
+  EXPECT_EQ(npyOf("again", "input"), "");
   EXPECT_EQ(d->counters().tensors_failed.load(), 2u) << "the source and its repeat";
   const std::vector<nlohmann::json> lines = triggerLines();
   ASSERT_EQ(lines.size(), 1u);

@@ -60,6 +60,27 @@ def files(root):
     return index
 
 
+def files_by_slot(root):
+    """(step, op, io, slot) -> file: --chain gives op i > 0 two inputs."""
+    index = {}
+    for f in npy_files(root):
+        fields = parse_name(f)
+        op = int(fields["op_name"].rsplit("-op", 1)[1])
+        index[(int(f.parent.name), op, fields["io"], int(fields["slot"]))] = f
+    return index
+
+
+def assert_chain_values(index, inf_step):
+    """Each --chain file holds what the producer passed at that step (input 1 of op i: op
+    i-1's output), the inf included."""
+    for (step, op, io, slot), f in index.items():
+        source = (step, op - 1, "output") if slot == 1 else (step, op, io)
+        want = expected(*source)
+        if source == (inf_step, 1, "output"):
+            want[1] = np.inf
+        np.testing.assert_array_equal(np.load(f), want, err_msg=f"step {step} op {op} {io} {slot}")
+
+
 def triggers(root):
     [path] = Path(root).glob("rank_*/.dump_metadata/triggers.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -103,19 +124,11 @@ def test_a_repeated_device_tensor_is_kept_once_and_written_as_a_link(daemon, wor
               "--chain", 1)
     assert out.returncode == 0, out.stdout + out.stderr + daemon.logtext()
     root = workdir / "dump"
-    index = {}
-    for f in npy_files(root):
-        fields = parse_name(f)
-        op = int(fields["op_name"].rsplit("-op", 1)[1])
-        index[(int(f.parent.name), op, fields["io"], int(fields["slot"]))] = f
+    index = files_by_slot(root)
     assert sorted({k[0] for k in index}) == [15, 16, 17, 18], out.stdout + daemon.logtext()
     assert len(index) == 4 * (OPS * 2 + OPS - 1)
+    assert_chain_values(index, inf_step=17)
     for (step, op, io, slot), f in index.items():
-        source = (step, op - 1, "output") if slot == 1 else (step, op, io)
-        want = expected(*source)
-        if source == (17, 1, "output"):
-            want[1] = np.inf
-        np.testing.assert_array_equal(np.load(f), want, err_msg=f"step {step} op {op} {io} {slot}")
         if slot == 1:
             assert f.stat().st_ino == index[(step, op - 1, "output", 0)].stat().st_ino, f
     s = stats(out)
@@ -123,6 +136,36 @@ def test_a_repeated_device_tensor_is_kept_once_and_written_as_a_link(daemon, wor
     assert m and int(m.group(1)) >= 19 * (OPS - 1), out.stdout  # steps 0-18, ops 1..OPS-1
     assert s["deferred"] >= 18 * OPS, s
     assert f"written {len(index)} failed 0" in out.stdout, out.stdout
+
+
+def test_a_lost_snapshot_fails_only_itself_and_its_repeats(daemon, workdir):
+    # --chain with staging for a little less than two of the three kept steps: the oldest kept
+    # snapshots give way. The producer pauses at step 9's mark (3 s, time enough under the
+    # sanitizers), so the trigger (the inf of step 8, found when step 9 begins) fetches while
+    # step 8 and most of step 7 are still held. A repeat of a lost output
+    # fails with it; nothing else of its op or of later ops does (each op lists its inputs,
+    # the repeat among them, before its output).
+    cfg, recorder = config(workdir)
+    out = run(daemon, cfg, recorder, "--steps", 12, "--inf-step", 8, "--staging", 88 << 10,
+              "--chain", 1, "--pause-step", 9, "--pause-ms", 3000)
+    assert out.returncode == 0, out.stdout + out.stderr + daemon.logtext()
+    root = workdir / "dump"
+    index = files_by_slot(root)
+    [t] = triggers(root)
+    assert t["iterations_written"] == [6, 7, 8, 9]
+    lost = t.get("device_tensors_lost", 0)
+    expect = [(step, op, io, slot) for step in (6, 7, 8, 9) for op in range(OPS)
+              for io, slot in (("input", 0), ("output", 0)) + ((("input", 1),) if op else ())]
+    missing = [k for k in expect if k not in index]
+    # A missing repeat is one whose source (the last op's output) is missing too; the other
+    # missing tensors of the kept steps are the lost snapshots themselves.
+    repeats = [k for k in missing if k[3] == 1]
+    for step, op, _, _ in repeats:
+        assert (step, op - 1, "output", 0) in missing, (step, op, sorted(index))
+    assert 0 < lost == len([k for k in missing if k[3] == 0 and k[0] <= 8]), (missing, t)
+    assert any(k[0] <= 8 and k[2] == "output" for k in index), "nothing kept was fetched"
+    assert_chain_values(index, inf_step=8)
+    assert f"written {len(index)} failed {len(missing)}" in out.stdout, (out.stdout, missing)
 
 
 def test_nothing_crosses_to_the_host_without_a_trigger(daemon, workdir):
