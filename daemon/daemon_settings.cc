@@ -33,8 +33,12 @@ Error invalid(std::string message) {
 }
 
 Error badValue(std::string_view key, std::string_view expected, const json& v) {
-  return invalid("'" + std::string(key) + "' should be " + std::string(expected) +
-                 ", but got: " + describe(v));
+  // Appended piece by piece: GCC 12 gives a false -Wrestrict on "'" + std::string (its bug
+  // 105329) in Release builds.
+  std::string message = "'";
+  message.append(key).append("' should be ").append(expected).append(", but got: ");
+  message += describe(v);
+  return invalid(std::move(message));
 }
 
 Result<uint64_t> getU64(std::string_view key, const json& v) {
