@@ -1,6 +1,8 @@
 #include "dumpctl/session_request.h"
 
 #include <charconv>
+#include <string>
+#include <utility>
 
 #include "ipc/socket_io.h"
 #include "ipc/socket_path.h"
@@ -49,7 +51,10 @@ Result<v1::SessionSelector> parseSessionSelector(const std::vector<std::string_v
     } else if (!a.starts_with("-")) {
       uint64_t id = 0;
       if (!parseNumber(a, id) || id == 0) {
-        return usage("'" + std::string(a) + "' is not a session id (dumpctl status shows them)");
+        // Appended, not "'" + std::string: GCC 12's false -Wrestrict (its bug 105329).
+        std::string why = "'";
+        why.append(a).append("' is not a session id (dumpctl status shows them)");
+        return usage(std::move(why));
       }
       if (sel.session_id() != 0) return usage("more than one session id given");
       sel.set_session_id(id);
