@@ -123,6 +123,8 @@ bool DevicePipeline::fillLocked(int& current) {
     releaseHoldLocked(e);
     reclaimLocked(*e.dev);
   }
+  // The daemon waits for these (a fetch): wake it rather than leave it to its next look.
+  if (!jobs.empty()) ring_.wakeConsumer();
   popFinishedLocked();
   fill_cv_.signalAll();
   work_cv_.signal();

@@ -4,7 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <optional>
+
 #include "daemon/dump_session.h"
+#include "daemon/envelope_utf8.h"
 #include "daemon/hello_check.h"
 #include "daemon/log_escape.h"
 #include "daemon/server.h"
@@ -49,7 +52,7 @@ void Connection::armIdleTimer() {
     spdlog::info("connection {}: {}", self->id_, message);
     v1::Envelope env;
     env.mutable_error()->set_code(v1::Error::TIMEOUT);
-    env.mutable_error()->set_message(message);
+    env.mutable_error()->set_message(message);  // numbers only: valid UTF-8
     if (auto frame = ipc::encodeFrame(env)) self->write_queue_.push_back(std::move(frame.value()));
     self->flushNonBlocking();
     self->closeSocket();
@@ -218,14 +221,40 @@ void Connection::handleHello(const v1::Hello& h) {
 
 void Connection::send(const v1::Envelope& env) {
   if (socket_closed_) return;
-  auto frame = ipc::encodeFrame(env);
+  // A client's bytes in a string field would make the receiver refuse the whole frame.
+  std::optional<v1::Envelope> fixed;
+  if (!envelopeIsUtf8(env)) {
+    fixed = env;
+    makeEnvelopeUtf8(&*fixed);
+  }
+  auto frame = ipc::encodeFrame(fixed ? *fixed : env);
   if (!frame) {
     spdlog::error("connection {}: {}", id_, frame.error().message);
     return;
   }
+  if (env.has_selection_update()) {
+    // At most one update waits: a newer one replaces it (the client applies only the newest
+    // anyway), so a client that never reads cannot make dumpd queue them without bound.
+    if (update_at_ && *update_at_ >= popped_) {
+      const size_t at = *update_at_ - popped_;
+      if (at < write_queue_.size() && !(at == 0 && writing_)) {
+        queued_bytes_ -= write_queue_[at].size();
+        queued_bytes_ += frame.value().size();
+        write_queue_[at] = std::move(frame.value());
+        return;
+      }
+    }
+    update_at_ = popped_ + write_queue_.size();
+  }
   queued_bytes_ += frame.value().size();
   write_queue_.push_back(std::move(frame.value()));
   if (!writing_) doWrite();
+}
+
+void Connection::popFront() {
+  queued_bytes_ -= std::min(queued_bytes_, write_queue_.front().size());
+  write_queue_.pop_front();
+  ++popped_;
 }
 
 void Connection::doWrite() {
@@ -241,11 +270,9 @@ void Connection::doWrite() {
   writing_ = true;
   asio::async_write(socket_, asio::buffer(write_queue_.front()),
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                      if (!self->write_queue_.empty()) {
-                        self->queued_bytes_ -= self->write_queue_.front().size();
-                        self->write_queue_.pop_front();
-                      }
+                      if (!self->write_queue_.empty()) self->popFront();
                       if (ec) {
+                        self->popped_ += self->write_queue_.size();
                         self->write_queue_.clear();
                         self->queued_bytes_ = 0;
                         self->writing_ = false;
@@ -296,8 +323,7 @@ void Connection::flushNonBlocking() {
         static_cast<ssize_t>(f.size())) {
       break;
     }
-    queued_bytes_ -= std::min(queued_bytes_, f.size());
-    write_queue_.pop_front();
+    popFront();
   }
 }
 

@@ -12,13 +12,15 @@
 // Memory a client can make the daemon hold for one connection is bounded: frames are at most
 // 16 MiB before the Hello and 64 KiB after it, and partial frames of all connections share
 // the daemon-wide max_pending_frame_bytes budget; replies queue up to kMaxQueuedReplyBytes,
-// after which frames are left unread until the client reads its replies.
+// after which frames are left unread until the client reads its replies. Of the frames dumpd
+// sends unasked (SelectionUpdate), at most one waits in the queue: a newer one replaces it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,7 @@ class Connection final : public SessionOwner, public std::enable_shared_from_thi
   void onFrame(v1::Envelope& env);
   void handleHello(const v1::Hello& hello);
   void doWrite();
+  void popFront();
   // One non-blocking attempt to send what is queued (before a forced close).
   void flushNonBlocking();
   void armIdleTimer();
@@ -85,6 +88,8 @@ class Connection final : public SessionOwner, public std::enable_shared_from_thi
   uint64_t charged_bytes_ = 0;  // of the server's pending-frame budget
   std::deque<std::string> write_queue_;
   size_t queued_bytes_ = 0;
+  uint64_t popped_ = 0;                // frames taken off write_queue_ so far
+  std::optional<uint64_t> update_at_;  // the last SelectionUpdate queued (popped_ + index)
   bool writing_ = false;
   bool read_pending_ = false;  // an async_wait for readability is outstanding
   bool closing_ = false;       // no more frames; close once the queue is written

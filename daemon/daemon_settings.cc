@@ -46,6 +46,13 @@ Result<uint64_t> getU64(std::string_view key, const json& v) {
   return v.get<uint64_t>();
 }
 
+Result<uint64_t> getU64(std::string_view key, const json& v, uint64_t min) {
+  auto x = getU64(key, v);
+  if (!x) return x.error();
+  if (*x < min) return badValue(key, "an integer of at least " + std::to_string(min), v);
+  return x;
+}
+
 Result<uint32_t> getU32(std::string_view key, const json& v, uint32_t min, uint32_t max) {
   auto x = getU64(key, v);
   if (!x) return x.error();
@@ -132,6 +139,10 @@ Status applyKey(const std::string& key, const json& v, DaemonSettings& s) {
   if (key == "recorder_fetch_timeout_ms") {
     return assign(getU32(key, v, 100, kU32Max), &s.recorder_fetch_timeout_ms);
   }
+  if (key == "recorder_memory_bytes") {
+    return assign(getU64(key, v, 1 << 20), &s.recorder_memory_bytes);
+  }
+  if (key == "journal_bytes") return assign(getU64(key, v, 4096), &s.journal_bytes);
   if (key == "max_open_directories") {
     return assign(getU32(key, v, 4, 100000), &s.max_open_directories);
   }

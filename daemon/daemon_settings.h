@@ -66,6 +66,12 @@ struct DaemonSettings {
   // Flight recorder: how long a session waits for the CUDA tensors a client keeps on its
   // device when a trigger needs them (docs/recorder.md).
   uint32_t recorder_fetch_timeout_ms = 30000;
+  // Flight recorder: daemon memory the records kept by every session may hold together (each
+  // kept record's decoded descriptor); read at start.
+  uint64_t recorder_memory_bytes = 1ull << 30;
+  // Bytes one job (uid, dump root, rank, net; its reconnections too) may append to its
+  // journals (.dump_metadata/control.jsonl, triggers.jsonl) while dumpd runs.
+  uint64_t journal_bytes = 16ull << 20;
   uint32_t max_open_directories = 64;              // directory fds one session's writer keeps open
   uint32_t max_links_per_file = 1000;              // dump once: hard links to one file in one step
   uint64_t max_pending_frame_bytes = 64ull << 20;  // partial frames buffered, all connections

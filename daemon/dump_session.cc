@@ -133,7 +133,8 @@ bool DumpSession::setUp() {
     failSetup(v1::Error::SHUTTING_DOWN, "the session was closed during set-up");
     return false;
   }
-  auto writer = openJobWriter(p, hello_, peer_, ctx_.settings, *ctx_.env.roots);
+  auto writer =
+      openJobWriter(p, hello_, peer_, ctx_.settings, *ctx_.env.roots, ctx_.accounts.get());
   if (!writer) {
     failSetup(wireCode(writer.error().code), writer.error().message);
     return false;
@@ -181,6 +182,7 @@ bool DumpSession::setUp() {
         if (auto s = weak.lock()) s->onRecordsDone();
       });
   drain_->setRuntimeSelection(selection_);
+  drain_->setRecorderMemory(ctx_.recorder_memory);
   drain_->setDeviceStaging(hello_.device_staging_bytes());
   drain_->setFetchTimeout(std::chrono::milliseconds(ctx_.settings.recorder_fetch_timeout_ms));
   // Session thread (a fetch of tensors kept on the client's device waits on this).
@@ -404,6 +406,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
   out->set_selection(sel.iteration);
   out->set_selection_changed(sel.generation != 0);
   out->set_paused(sel.paused);
+  out->set_journal_lines_refused(d.journalLinesRefused());
 }
 
 void DumpSession::addTotals(v1::Counts* c) const {

@@ -24,9 +24,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/byte_budget.h"
 #include "base/mutex.h"
 #include "base/snapshot.h"
 #include "daemon/daemon_settings.h"
+#include "daemon/job_accounts.h"
 #include "daemon/ring_drain.h"
 #include "daemon/runtime_selection.h"
 #include "daemon/session_env.h"
@@ -57,6 +59,9 @@ struct SessionContext {
   ClaimRegistry& claims;
   DaemonSettings settings;  // a copy: SIGHUP changes apply to new sessions
   SessionEnv env;           // clock, dump roots, rings
+  // Shared by every session of the daemon (null: each session has its own).
+  std::shared_ptr<JobAccounts> accounts;        // job_quota_bytes and journal_bytes
+  std::shared_ptr<ByteBudget> recorder_memory;  // recorder_memory_bytes
 };
 
 class DumpSession : public std::enable_shared_from_this<DumpSession> {
@@ -88,7 +93,8 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // dumpctl control (io thread): checks and applies `change` requested by `uid`, sends it to
   // the client (which switches at its next step mark), and queues its journal line. Returns
   // what the operator is told, or why it was refused (the job keeps its selection).
-  Result<std::string> control(const v1::ControlChange& change, uint32_t uid,
+  // `uid` nullopt: dumpd changes it itself, for `reason`.
+  Result<std::string> control(const v1::ControlChange& change, std::optional<uint32_t> uid,
                               std::string_view reason = {});
 
   // io thread. False when too many flushes are outstanding (a broken or hostile client).

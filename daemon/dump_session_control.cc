@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "base/utf8.h"
 #include "daemon/dump_session.h"
 #include "daemon/log_escape.h"
 
@@ -46,8 +47,8 @@ void DumpSession::requestTrigger(std::string reason) {
   if (ready_.load(std::memory_order_acquire)) drain_->ring().wakeConsumer();
 }
 
-Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32_t uid,
-                                         std::string_view reason) {
+Result<std::string> DumpSession::control(const v1::ControlChange& change,
+                                         std::optional<uint32_t> uid, std::string_view reason) {
   if (!ready_.load(std::memory_order_acquire) || state_.load() != State::kActive) {
     return makeError(ErrorCode::kUnavailable, "session " + std::to_string(id_) +
                                                   " is not dumping (still starting, or ending)");
@@ -64,7 +65,11 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32
   }
   const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  auto next = selection_->change(change, uid, static_cast<uint64_t>(now_us.count()), reason);
+  // Where the client's ring stands now: it is bound to apply this by its second step mark
+  // past it (RingDrain enforces it there).
+  const uint64_t position = drain_->ring().committedPosition();
+  auto next =
+      selection_->change(change, uid, static_cast<uint64_t>(now_us.count()), position, reason);
   if (!next) return next.error();
   const Selection& s = next.value();
   v1::Envelope update;
@@ -77,9 +82,11 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32
   // The session thread journals it (control.jsonl): no file I/O here.
   operator_pending_.store(true, std::memory_order_release);
   drain_->ring().wakeConsumer();
-  spdlog::info("session {}: uid {} changed the selection (generation {}): iteration \"{}\"{}{}",
-               id_, uid, s.generation, escapeForLog(s.iteration), s.paused ? ", paused" : "",
-               s.recorder_on ? "" : ", recorder off");
+  const std::string who =
+      uid ? "uid " + std::to_string(*uid) : "dumpd (" + std::string(reason) + ")";
+  spdlog::info("session {}: {} changed the selection (generation {}): iteration \"{}\"{}{}", id_,
+               who, s.generation, escapeForLog(cutUtf8(s.iteration, 256)),
+               s.paused ? ", paused" : "", s.recorder_on ? "" : ", recorder off");
   return "session " + std::to_string(id_) + ": iteration \"" + s.iteration + "\"" +
          (s.paused ? ", paused" : "") +
          (drain_->plan().flight_recorder ? (s.recorder_on ? ", recorder on" : ", recorder off")
@@ -90,8 +97,7 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change, uint32
 void DumpSession::recorderStopped() {
   v1::ControlChange off;
   off.set_recorder_on(false);
-  auto done = control(off, static_cast<uint32_t>(::getuid()),
-                      "the flight recorder stopped after max_triggers");
+  auto done = control(off, std::nullopt, "the flight recorder stopped after max_triggers");
   if (!done) spdlog::debug("session {}: {}", id_, done.error().message);
 }
 

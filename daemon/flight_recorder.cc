@@ -6,8 +6,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
+
 namespace dumpd::daemon {
 namespace {
+
+// A journal line lists at most this many iterations or losses; longer lists are summarised
+// (their count, and the iterations as ranges), so that one line stays small.
+constexpr size_t kMaxListed = 64;
+constexpr size_t kMaxRangesText = 1024;
+
+// "3-9|12|20-24", cut after kMaxRangesText bytes with "|...". `v` ascending.
+std::string rangesText(const std::vector<uint32_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    std::string part = std::to_string(v[i]);
+    if (j > i) part += "-" + std::to_string(v[j]);
+    if (out.size() + part.size() + 1 > kMaxRangesText) return out + "|...";
+    if (!out.empty()) out += "|";
+    out += part;
+    i = j + 1;
+  }
+  return out;
+}
 
 // JSON has no NaN or infinity: such losses are written as strings.
 nlohmann::json lossJson(double v) {
@@ -31,10 +54,19 @@ std::string TriggerEvent::toJsonLine(uint64_t time_us, uint32_t rank) const {
   }
   if (kind == config::RecorderTrigger::kLossSpike) {
     nlohmann::json l = nlohmann::json::array();
-    for (double v : losses) l.push_back(lossJson(v));
+    // The newest kMaxListed, the new loss last.
+    const size_t skip = losses.size() > kMaxListed ? losses.size() - kMaxListed : 0;
+    for (size_t i = skip; i < losses.size(); ++i) l.push_back(lossJson(losses[i]));
     j["losses"] = std::move(l);
+    if (skip != 0) j["losses_count"] = losses.size();
   }
-  j["iterations_written"] = written;
+  if (written.size() <= kMaxListed) {
+    j["iterations_written"] = written;
+  } else {
+    j["iterations_written"] = std::vector<uint32_t>(written.begin(), written.begin() + kMaxListed);
+    j["iterations_written_count"] = written.size();
+    j["iterations_written_ranges"] = rangesText(written);
+  }
   if (device_tensors_lost != 0) j["device_tensors_lost"] = device_tensors_lost;
   // Names and reasons come from the client: invalid UTF-8 is replaced, never refused.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -49,7 +81,9 @@ std::string TriggerEvent::summary() const {
 }
 
 FlightRecorder::FlightRecorder(config::FlightRecorderPlan plan)
-    : plan_(plan), kept_(plan.steps, plan.max_bytes), losses_(plan.loss_window, plan.loss_factor) {
+    : plan_(plan),
+      kept_(plan.steps, plan.max_bytes, kMaxKeptRecords),
+      losses_(plan.loss_window, plan.loss_factor) {
   last_trigger_.store(std::make_shared<const std::string>());
   warning_.store(std::make_shared<const std::string>());
 }
@@ -58,16 +92,18 @@ void FlightRecorder::publishCounts() {
   kept_iterations_.store(static_cast<uint32_t>(kept_.iterations()), std::memory_order_relaxed);
   kept_bytes_.store(kept_.bytes(), std::memory_order_relaxed);
   not_whole_.store(kept_.notKeptWhole(), std::memory_order_relaxed);
+  refused_for_memory_.store(kept_.refusedForMemory(), std::memory_order_relaxed);
 }
 
-std::vector<KeptRecord> FlightRecorder::keep(uint32_t iteration, KeptRecord r, uint64_t bytes) {
+std::vector<KeptRecord> FlightRecorder::keep(uint32_t iteration, KeptRecord r, uint64_t bytes,
+                                             uint64_t memory) {
   if (iteration != counting_iteration_) {
     counting_iteration_ = iteration;
     iteration_bytes_ = 0;
   }
   iteration_bytes_ += bytes;
   largest_iteration_ = std::max(largest_iteration_, iteration_bytes_);
-  std::vector<KeptRecord> out = kept_.add(iteration, std::move(r), bytes);
+  std::vector<KeptRecord> out = kept_.add(iteration, std::move(r), bytes, memory);
   publishCounts();
   return out;
 }
@@ -112,7 +148,8 @@ std::vector<FlightRecorder::Kept::Iteration> FlightRecorder::fire(TriggerEvent& 
     recording_.store(false, std::memory_order_relaxed);
   }
   triggers_.store(fired_, std::memory_order_relaxed);
-  last_trigger_.store(std::make_shared<const std::string>(e.summary()));
+  // The op name and reason are the client's bytes: status sends them as a protobuf string.
+  last_trigger_.store(std::make_shared<const std::string>(toValidUtf8(cutUtf8(e.summary(), 1024))));
   publishCounts();
   return out;
 }
@@ -131,6 +168,7 @@ void FlightRecorder::fillStatus(v1::RecorderStatus* out) const {
   out->set_last_trigger(*last_trigger_.load());
   out->set_warning(*warning_.load());
   out->set_discarded_for_space(discarded_for_space_.load(std::memory_order_relaxed));
+  out->set_refused_for_memory(refused_for_memory_.load(std::memory_order_relaxed));
 }
 
 }  // namespace dumpd::daemon

@@ -82,8 +82,13 @@ class FlightRecorder {
     return plan_.has(config::RecorderTrigger::kNan) || plan_.has(config::RecorderTrigger::kInf);
   }
 
-  // Keeps `r` (`bytes` of ring) of `iteration`; returns the records to release now.
-  std::vector<KeptRecord> keep(uint32_t iteration, KeptRecord r, uint64_t bytes);
+  // The daemon-wide budget of memory that kept records hold (recorder_memory_bytes); set
+  // before the first keep().
+  void setMemoryBudget(ByteBudget* memory) { kept_.setMemoryBudget(memory); }
+  // Keeps `r` (`bytes` counted against max_bytes, `memory` of them daemon memory charged to
+  // the shared budget) of `iteration`; returns the records to release now.
+  std::vector<KeptRecord> keep(uint32_t iteration, KeptRecord r, uint64_t bytes,
+                               uint64_t memory = 0);
   // Frees ring space for a producer that waits: the oldest iteration, or the current one's
   // records when it is the only one (it then counts as not kept whole). Empty: nothing kept.
   std::vector<KeptRecord> discardForSpace();
@@ -132,6 +137,7 @@ class FlightRecorder {
   std::atomic<uint64_t> kept_bytes_{0};
   std::atomic<uint64_t> not_whole_{0};
   std::atomic<uint64_t> discarded_for_space_{0};
+  std::atomic<uint64_t> refused_for_memory_{0};
   std::atomic<uint32_t> triggers_{0};
   Snapshot<std::string> last_trigger_;
   Snapshot<std::string> warning_;

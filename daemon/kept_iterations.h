@@ -6,9 +6,11 @@
 // Rules (docs/recorder.md): a new iteration discards those that are no longer among the last
 // `steps`; a record that would pass `max_bytes` discards the oldest iterations first; when the
 // current iteration alone does not fit, its record is handed back at once and the iteration
-// counts as not kept whole.
+// counts as not kept whole. Each record also costs daemon memory (its decoded descriptor),
+// charged to a budget shared by every session (recorder_memory_bytes): a record the budget
+// refuses discards this session's own oldest iterations first, then is handed back.
 //
-// Thread-safety: none; the session thread owns it.
+// Thread-safety: none; the session thread owns it (the shared budget is lock-free).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,8 @@
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "base/byte_budget.h"
 
 namespace dumpd::daemon {
 
@@ -27,25 +31,43 @@ class KeptIterations {
     uint32_t number = 0;
     std::vector<Item> items;
     uint64_t bytes = 0;
-    bool whole = true;  // no record of it was discarded
+    uint64_t memory = 0;  // charged to the shared budget
+    bool whole = true;    // no record of it was discarded
   };
 
   // `max_records`: records kept at most, whatever their bytes (each costs daemon memory).
-  KeptIterations(uint32_t steps, uint64_t max_bytes, uint64_t max_records = UINT64_MAX)
-      : steps_(steps), max_bytes_(max_bytes), max_records_(max_records) {}
+  // `memory`: the budget every session's kept records share (null: none).
+  KeptIterations(uint32_t steps, uint64_t max_bytes, uint64_t max_records = UINT64_MAX,
+                 ByteBudget* memory = nullptr)
+      : steps_(steps), max_bytes_(max_bytes), max_records_(max_records), memory_(memory) {}
+  ~KeptIterations() { releaseMemory(memory_charged_); }
+  KeptIterations(const KeptIterations&) = delete;
+  KeptIterations& operator=(const KeptIterations&) = delete;
 
-  // Keeps `item` (`bytes` of ring) of iteration `number`. Returns the items discarded to make
-  // room, oldest first (`item` itself when the current iteration alone does not fit).
-  std::vector<Item> add(uint32_t number, Item item, uint64_t bytes) {
+  // The shared budget (before anything is kept).
+  void setMemoryBudget(ByteBudget* memory) {
+    if (records_ == 0) memory_ = memory;
+  }
+
+  // Keeps `item` (`bytes` of ring, `memory` of daemon memory) of iteration `number`. Returns
+  // the items discarded to make room, oldest first (`item` itself when the current iteration
+  // alone does not fit).
+  std::vector<Item> add(uint32_t number, Item item, uint64_t bytes, uint64_t memory = 0) {
     std::vector<Item> out;
     if (kept_.empty() || kept_.back().number != number) {
-      kept_.push_back(Iteration{number, {}, 0, true});
+      kept_.push_back(Iteration{number, {}, 0, 0, true});
       while (kept_.size() > steps_) discardFront(out);
     }
     const auto full = [&] { return bytes_ + bytes > max_bytes_ || records_ + 1 > max_records_; };
     while (full() && kept_.size() > 1) discardFront(out);
+    bool charged = !full() && charge(memory);
+    while (!charged && !full() && kept_.size() > 1) {
+      discardFront(out);
+      charged = charge(memory);
+    }
     Iteration& current = kept_.back();
-    if (full()) {
+    if (!charged) {
+      if (!full()) ++refused_for_memory_;
       if (current.whole) ++not_whole_;
       current.whole = false;
       out.push_back(std::move(item));
@@ -53,6 +75,7 @@ class KeptIterations {
     }
     current.items.push_back(std::move(item));
     current.bytes += bytes;
+    current.memory += memory;
     bytes_ += bytes;
     ++records_;
     return out;
@@ -77,6 +100,8 @@ class KeptIterations {
     back.items.clear();
     bytes_ -= back.bytes;
     back.bytes = 0;
+    releaseMemory(back.memory);
+    back.memory = 0;
     if (back.whole) ++not_whole_;
     back.whole = false;
     return out;
@@ -92,11 +117,17 @@ class KeptIterations {
     kept_.clear();
     bytes_ = 0;
     records_ = 0;
+    releaseMemory(memory_charged_);
     return out;
   }
 
   size_t iterations() const { return kept_.size(); }
   uint64_t bytes() const { return bytes_; }
+  uint64_t records() const { return records_; }
+  // Daemon memory this session's kept records hold of the shared budget.
+  uint64_t memory() const { return memory_charged_; }
+  // Records handed back because the shared budget was used up.
+  uint64_t refusedForMemory() const { return refused_for_memory_; }
   // Iterations any of whose records were discarded to stay within max_bytes.
   uint64_t notKeptWhole() const { return not_whole_; }
 
@@ -106,16 +137,30 @@ class KeptIterations {
     for (Item& i : front.items) out.push_back(std::move(i));
     records_ -= front.items.size();
     bytes_ -= front.bytes;
+    releaseMemory(front.memory);
     kept_.pop_front();
+  }
+
+  bool charge(uint64_t memory) {
+    if (memory_ != nullptr && !memory_->tryCharge(memory)) return false;
+    memory_charged_ += memory;
+    return true;
+  }
+  void releaseMemory(uint64_t memory) {
+    if (memory_ != nullptr) memory_->release(memory);
+    memory_charged_ -= memory;
   }
 
   const uint32_t steps_;
   const uint64_t max_bytes_;
   const uint64_t max_records_;
+  ByteBudget* memory_;
   std::deque<Iteration> kept_;
   uint64_t bytes_ = 0;
   uint64_t records_ = 0;
   uint64_t not_whole_ = 0;
+  uint64_t memory_charged_ = 0;
+  uint64_t refused_for_memory_ = 0;
 };
 
 }  // namespace dumpd::daemon

@@ -59,6 +59,11 @@ RingDrain::RingDrain(uint64_t session_id, uint32_t rank, uint32_t device, config
   if (plan_.flight_recorder) recorder_ = std::make_unique<FlightRecorder>(*plan_.flight_recorder);
 }
 
+void RingDrain::setRecorderMemory(std::shared_ptr<ByteBudget> budget) {
+  recorder_memory_ = std::move(budget);
+  if (recorder_) recorder_->setMemoryBudget(recorder_memory_.get());
+}
+
 std::optional<uint64_t> RingDrain::writerFreeBytes() {
   auto f = fs_->freeBytes();
   if (!f) return std::nullopt;
@@ -149,6 +154,15 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
                   std::string(op.opName()) +
                   " carries device statistics, but the job needs its bytes (saved_data, "
                   "statistic_category or dtype)");
+    }
+    if (deferred && (!recorder_ || dumped)) {
+      // Only a recorded iteration's tensors may stay on the device: anything else would hold
+      // the ring until a fetch that nothing asks for times out.
+      return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
+                  std::string(op.opName()) + " is kept on the client's device, but " +
+                  (recorder_
+                       ? "iteration " + std::to_string(op.iteration) + " is dumped, not recorded"
+                       : std::string("the job has no flight recorder")));
     }
     if (deferred && !deferredPayloadValid(r.sequence, op, t, dtype, elements)) return false;
     if (!elements ||

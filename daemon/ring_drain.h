@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,11 +20,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/byte_budget.h"
 #include "base/mutex.h"
 #include "base/snapshot.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
 #include "daemon/flight_recorder.h"
+#include "daemon/log_limiter.h"
 #include "daemon/op_task.h"
 #include "daemon/release_queue.h"
 #include "daemon/runtime_selection.h"
@@ -56,6 +59,9 @@ struct WriterSnapshot {
 };
 inline constexpr size_t kMaxListedKernels = 64;
 
+// Daemon memory a record the flight recorder keeps holds (charged to recorder_memory_bytes).
+uint64_t keptRecordMemory(const OpTask& task);
+
 class RingDrain : public std::enable_shared_from_this<RingDrain> {
  public:
   RingDrain(uint64_t session_id, uint32_t rank, uint32_t device, config::DumpPlan plan,
@@ -84,6 +90,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   void releaseAnswered(bool all = false);
   // A manual trigger (dumpctl trigger, or the client's Trigger record).
   void triggerManually(std::string reason);
+  // The daemon-wide budget of memory the flight recorders' kept records share
+  // (recorder_memory_bytes); before the first record.
+  void setRecorderMemory(std::shared_ptr<ByteBudget> budget);
   // Runtime control: the selections clients name in their step marks (set before the first
   // record is handled).
   void setRuntimeSelection(std::shared_ptr<const RuntimeSelection> s) { selection_ = std::move(s); }
@@ -116,6 +125,10 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // The client's own drop count: untrusted, so saturated to 2^48 for totals.
   uint64_t clientDroppedTensors() const;
   uint64_t writeErrors() const { return write_errors_.load(std::memory_order_relaxed); }
+  // Journal lines refused (journal_bytes, min_free_bytes). Any thread.
+  uint64_t journalLinesRefused() const {
+    return journal_lines_refused_.load(std::memory_order_relaxed);
+  }
   uint32_t openDirectories() const { return open_dirs_.load(std::memory_order_relaxed); }
   std::shared_ptr<const WriterSnapshot> snapshot() const { return snapshot_.load(); }
   const config::DumpPlan& plan() const { return plan_; }
@@ -127,8 +140,11 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool selected(uint32_t iteration) const {
     return !paused_ && filter_.iterationSelected(iteration);
   }
-  // Switches to the selection the client applied at this step mark (ring_drain_control.cc).
-  void applySelection(uint64_t generation);
+  // At a step mark that starts `from_iteration`: switches to the selection the client
+  // applied (`named`), or to the one it was bound to apply by now when that is newer; never
+  // back to an older one (ring_drain_control.cc).
+  void takeSelection(uint64_t named, uint32_t from_iteration);
+  void applySelection(const Selection& s, uint32_t from_iteration, std::string_view how);
   bool handleOp(const ipc::RingConsumer::Record& r);
   // Step marks, graphs, constants, triggers, losses (ring_drain_control.cc).
   bool handleControl(const ipc::RingConsumer::Record& r);
@@ -200,6 +216,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::atomic<uint32_t> iteration_{0};
   std::atomic<uint64_t> write_errors_{0};
   std::atomic<uint32_t> open_dirs_{0};
+  std::atomic<uint64_t> journal_lines_refused_{0};
   Snapshot<WriterSnapshot> snapshot_;
 
   // Session-thread state.
@@ -213,10 +230,15 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::unordered_set<const storage::TensorMemo*> kept_memos_;
   std::shared_ptr<const RuntimeSelection> selection_;
   uint64_t applied_generation_ = 0;
+  uint64_t previous_mark_end_ = 0;  // ring position after the last step mark
+  // Info lines a client can cause (selections, triggers): rate-limited like its warnings.
+  LogLimiter info_log_{5, std::chrono::seconds(10)};
   std::function<void()> on_recorder_stopped_;
   bool recorder_stop_told_ = false;
   bool paused_ = false;
-  // The flight recorder (null: the job has none); its sizing warning is given once.
+  // The flight recorder (null: the job has none); its sizing warning is given once. The
+  // budget its kept records are charged to outlives it.
+  std::shared_ptr<ByteBudget> recorder_memory_;
   std::unique_ptr<FlightRecorder> recorder_;
   bool recorder_sized_ = false;
   Mutex checks_mu_;  // never held across anything but the count
@@ -235,7 +257,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // records (abandoned) stay held until their states say the client is done with them, or it
   // is gone (a late copy may still land there).
   bool fetch_unanswered_ = false;
-  std::vector<KeptRecord> abandoned_;
+  std::deque<KeptRecord> abandoned_;
 };
 
 }  // namespace dumpd::daemon

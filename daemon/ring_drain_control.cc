@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/element_count.h"
+#include "base/utf8.h"
 #include "daemon/log_escape.h"
 #include "daemon/ring_drain.h"
 
@@ -37,10 +38,10 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       // Every step mark ends what a repeat may refer to, as the client's table ends there.
       memos_.clear();
       kept_memos_.clear();
-      // From this step on, the selection the client applied (it switched at this mark).
-      if (ctl.step().selection_generation() != applied_generation_) {
-        applySelection(ctl.step().selection_generation());
-      }
+      // From this step on, the selection the client applied (it switched at this mark), or
+      // the one it was bound to apply by now, whichever is newer.
+      takeSelection(ctl.step().selection_generation(), i);
+      previous_mark_end_ = r.end;
       have_step_ = true;
       step_graph_ = g;
       step_iteration_ = i;
@@ -94,7 +95,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       break;
     }
     case v1::Control::kTrigger:
-      triggerManually(ctl.trigger().reason().substr(0, kMaxReasonBytes));
+      triggerManually(std::string(cutUtf8(ctl.trigger().reason(), kMaxReasonBytes)));
       break;
     case v1::Control::kLoss:
       if (recorder_ && recorder_->accepts(config::RecorderTrigger::kLossSpike)) {
@@ -112,30 +113,62 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
   return true;
 }
 
-void RingDrain::applySelection(uint64_t generation) {
-  std::optional<Selection> s = selection_ ? selection_->find(generation) : std::nullopt;
-  if (!s) {
-    // A client naming a generation the daemon never sent (or one long replaced): keep the
-    // current selection, say so once per step.
-    warnings_.warn("the client applied selection " + std::to_string(generation) +
-                   ", which dumpd does not know; the selection is unchanged");
-    return;
+void RingDrain::takeSelection(uint64_t named, uint32_t from_iteration) {
+  if (selection_ == nullptr) return;
+  if (named < applied_generation_) {
+    // Going back would undo an operator's change (a pause) at the client's word.
+    warnings_.warn("the client applied selection " + std::to_string(named) + ", older than " +
+                   std::to_string(applied_generation_) + " in force; it stays in force");
+  } else if (named > applied_generation_) {
+    std::optional<Selection> s = selection_->find(named);
+    if (s) {
+      applySelection(*s, from_iteration, "the client applied it");
+    } else {
+      // A client naming a generation the daemon never sent (or one long replaced): keep the
+      // current selection.
+      warnings_.warn("the client applied selection " + std::to_string(named) +
+                     ", which dumpd does not know; the selection is unchanged");
+    }
   }
-  auto set = config::IterationSet::parse(s->iteration);
-  if (set) filter_.setIterations(std::move(set).value());
-  paused_ = s->paused;
-  applied_generation_ = generation;
+  // The client reads its socket at every step mark: by the second one written after dumpd
+  // sent a change, it has it. Enforced from here whatever it says.
+  Selection bound = selection_->boundBefore(previous_mark_end_);
+  if (bound.generation > applied_generation_) {
+    warnings_.warn("the client did not apply selection " + std::to_string(bound.generation) +
+                   " by its second step after dumpd sent it; dumpd enforces it from iteration " +
+                   std::to_string(from_iteration));
+    applySelection(bound, from_iteration, "enforced by dumpd");
+  }
+}
+
+void RingDrain::applySelection(const Selection& s, uint32_t from_iteration, std::string_view how) {
+  if (s.iterations) filter_.setIterations(*s.iterations);
+  paused_ = s.paused;
+  applied_generation_ = s.generation;
   if (recorder_) {
-    recorder_->setEnabled(s->recorder_on);
-    if (!s->recorder_on) releaseKept(recorder_->releaseAll());
+    recorder_->setEnabled(s.recorder_on);
+    if (!s.recorder_on) releaseKept(recorder_->releaseAll());
   }
-  spdlog::info("session {}: selection {} in force from iteration {}: iteration \"{}\"{}{}", id_,
-               generation, step_iteration_, escapeForLog(s->iteration), s->paused ? ", paused" : "",
-               recorder_ ? (s->recorder_on ? ", recorder on" : ", recorder off") : "");
+  const LogLimiter::Admission a = info_log_.admit();
+  if (a.suppressed != 0) {
+    spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);
+  }
+  if (!a.log) return;
+  spdlog::info("session {}: selection {} in force from iteration {} ({}): iteration \"{}\"{}{}",
+               id_, s.generation, from_iteration, how, escapeForLog(cutUtf8(s.iteration, 256)),
+               s.paused ? ", paused" : "",
+               recorder_ ? (s.recorder_on ? ", recorder on" : ", recorder off") : "");
 }
 
 void RingDrain::appendJournal(std::string_view name, const std::string& line) {
-  if (Status st = writer_->appendJournal(name, line); !st) warnings_.warn(st.error().message);
+  auto appended = writer_->appendJournal(name, line);
+  if (!appended) {
+    warnings_.warn(appended.error().message);
+  } else if (!appended.value()) {
+    journal_lines_refused_.fetch_add(1, std::memory_order_relaxed);
+    warnings_.warn("a line of .dump_metadata/" + std::string(name) +
+                   " was not written: " + writer_->journalRefusal());
+  }
 }
 
 }  // namespace dumpd::daemon

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
+#include <vector>
 
 #include "daemon/ring_drain.h"
 #include "storage/format/statistics.h"
@@ -15,7 +15,9 @@
 namespace dumpd::daemon {
 namespace {
 
-constexpr auto kFetchPoll = std::chrono::milliseconds(1);
+// The longest sleep between looks at a fetch's tensors: the client wakes the session when it
+// filled them; this bounds how long a missed wake (or a client that died) goes unnoticed.
+constexpr int64_t kFetchWaitMs = 50;
 
 uint64_t stateOf(const OpTask::Deferred& d) {
   // Acquire: the bytes the client copied before it stored "filled" are visible after.
@@ -48,22 +50,30 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
     if (!t->deferred.empty()) from = std::min(from, t->sequence);
   }
   if (from == UINT64_MAX) return 0;
+  // Every state the fetch waits for, in record order. A state moves from "on device" once
+  // (filled or lost), and the client fills them roughly in order: a cursor that passes the
+  // ones no longer on the device makes each look cost O(1), not a scan of every tensor.
+  std::vector<const OpTask::Deferred*> states;
+  for (const OpTask* t : tasks) {
+    for (const OpTask::Deferred& d : t->deferred) states.push_back(&d);
+  }
+  size_t cursor = 0;
   const auto pending = [&] {
-    for (const OpTask* t : tasks) {
-      for (const OpTask::Deferred& d : t->deferred) {
-        if (stateOf(d) == ipc::kDeferredOnDevice) return true;
-      }
-    }
-    return false;
+    while (cursor < states.size() && stateOf(*states[cursor]) != ipc::kDeferredOnDevice) ++cursor;
+    return cursor < states.size();
   };
   const auto alive = [&] { return producer_alive_ && producer_alive_(); };
   if (pending() && alive() && !fetch_unanswered_) {
     ring_.requestFetch(from, through_iteration);
     // The client's issuer looks for the request every few milliseconds, then waits for its
-    // snapshots and copies them (a trigger's kept iterations: up to a few GB).
+    // snapshots, copies them (a trigger's kept iterations: up to a few GB) and wakes this
+    // thread. The timed wait only covers a wake that is never sent (a client gone).
     const auto deadline = std::chrono::steady_clock::now() + fetch_timeout_;
-    while (pending() && alive()) {
-      if (std::chrono::steady_clock::now() >= deadline) {
+    for (;;) {
+      const uint32_t seen = ring_.wakeValue();
+      if (!pending() || !alive()) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
         fetch_unanswered_ = true;
         spdlog::warn(
             "session {}: the client did not send the tensors it keeps on its device "
@@ -71,7 +81,8 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
             id_, fetch_timeout_.count());
         break;
       }
-      std::this_thread::sleep_for(kFetchPoll);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+      ring_.waitForWake(seen, static_cast<int>(std::clamp<int64_t>(left.count(), 1, kFetchWaitMs)));
     }
   }
   // False: the client is alive but did not copy them in time.
@@ -150,16 +161,19 @@ void RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
 void RingDrain::releaseAnswered(bool all) {
   if (abandoned_.empty()) return;
   const bool gone = all || !producer_alive_ || !producer_alive_();
-  std::erase_if(abandoned_, [&](const KeptRecord& r) {
-    if (gone || std::all_of(r.task->deferred.begin(), r.task->deferred.end(),
-                            [](const OpTask::Deferred& d) {
-                              return stateOf(d) != ipc::kDeferredOnDevice;
-                            })) {
-      release_.markDone(r.slot);  // no copy of the client's can land there any more
-      return true;
-    }
-    return false;
-  });
+  // In record order, up to the first record the client has not answered: each call looks at
+  // the records it releases and one more, never at every state held.
+  size_t done = 0;
+  for (; done < abandoned_.size(); ++done) {
+    const OpTask& t = *abandoned_[done].task;
+    const bool answered =
+        gone || std::all_of(t.deferred.begin(), t.deferred.end(), [](const OpTask::Deferred& d) {
+          return stateOf(d) != ipc::kDeferredOnDevice;
+        });
+    if (!answered) break;
+    release_.markDone(abandoned_[done].slot);  // no copy of the client's can land there any more
+  }
+  abandoned_.erase(abandoned_.begin(), abandoned_.begin() + static_cast<ptrdiff_t>(done));
   // Every late answer came: the client is waited for again.
   if (abandoned_.empty()) fetch_unanswered_ = false;
 }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/element_count.h"
+#include "base/utf8.h"
 #include "daemon/log_escape.h"
 #include "daemon/ring_drain.h"
 #include "storage/format/names.h"
@@ -46,6 +47,22 @@ void checkValues(OpTask& task) {
 
 }  // namespace
 
+uint64_t keptRecordMemory(const OpTask& task) {
+  // The task with its shared_ptr control block, the kept record and its release slot, what
+  // the decoded op holds (names, dims, tensors), and per view its TensorView, statistics and
+  // memo, with allocator overhead (checked with RSS in tests/integration/
+  // test_hostile_recorder.py). Capacities: the client chooses the names' lengths.
+  constexpr uint64_t kOverhead = 16;  // per heap block
+  const ipc::DecodedOp& op = task.op;
+  return sizeof(OpTask) + sizeof(KeptRecord) + 256 + op.strings.capacity() + kOverhead +
+         op.dims.capacity() * sizeof(int64_t) + kOverhead +
+         op.tensors.capacity() * sizeof(ipc::DecodedTensor) + kOverhead +
+         task.views.capacity() * sizeof(storage::TensorView) + kOverhead +
+         task.sums.capacity() * sizeof(storage::StatSums) + kOverhead +
+         task.memos.size() * (sizeof(storage::TensorMemo) + 2 * kOverhead + 64) +
+         task.deferred.capacity() * sizeof(OpTask::Deferred) + kOverhead;
+}
+
 void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t ring_bytes) {
   // Held at once: the ring keeps its bytes, but flushes need not wait for it.
   release_.hold(slot);
@@ -60,9 +77,9 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
   }
   std::shared_ptr<OpTask> to_check = recorder_->checksValues() ? task : nullptr;
   // What keeping it costs: its ring bytes and the daemon memory of its decoded descriptor.
-  const uint64_t cost = ring_bytes + sizeof(OpTask) + sizeof(KeptRecord) + 256 +
-                        task->views.size() * (sizeof(storage::TensorView) + 64);
-  std::vector<KeptRecord> out = recorder_->keep(iteration, KeptRecord{std::move(task), slot}, cost);
+  const uint64_t memory = keptRecordMemory(*task);
+  std::vector<KeptRecord> out =
+      recorder_->keep(iteration, KeptRecord{std::move(task), slot}, ring_bytes + memory, memory);
   bool refused = !out.empty() && out.back().slot == slot;  // it did not fit
   releaseKept(std::move(out));
   // Keep room for the records to come (headroom()), so that the producer neither waits
@@ -196,12 +213,15 @@ void RingDrain::fire(TriggerEvent e) {
     if (e.iteration + i < e.iteration) break;  // wraps
     e.written.push_back(e.iteration + i);
   }
-  spdlog::info("session {}: flight recorder trigger: {}; writing iterations {}-{}", id_,
-               escapeForLog(e.summary()), e.written.front(), e.written.back());
-  if (Status s = writer_->appendJournal("triggers.jsonl", e.toJsonLine(wallMicros(), rank_) + "\n");
-      !s) {
-    warnings_.warn(s.error().message);
+  const LogLimiter::Admission a = info_log_.admit();
+  if (a.suppressed != 0) {
+    spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);
   }
+  if (a.log) {
+    spdlog::info("session {}: flight recorder trigger: {}; writing iterations {}-{}", id_,
+                 escapeForLog(cutUtf8(e.summary(), 1024)), e.written.front(), e.written.back());
+  }
+  appendJournal("triggers.jsonl", e.toJsonLine(wallMicros(), rank_) + "\n");
 }
 
 void RingDrain::checkRecorderSizing() {

@@ -1,14 +1,27 @@
 #include "daemon/runtime_selection.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "config/iteration_set.h"
+#include "base/utf8.h"
 
 namespace dumpd::daemon {
 namespace {
 
 nlohmann::json toJson(const Selection& s) {
-  return {{"iteration", s.iteration}, {"paused", s.paused}, {"recorder_on", s.recorder_on}};
+  nlohmann::json j = {{"paused", s.paused}, {"recorder_on", s.recorder_on}};
+  if (s.iteration.size() <= RuntimeSelection::kMaxJournalIterationBytes) {
+    j["iteration"] = s.iteration;
+    return j;
+  }
+  // Summarised: the first ranges whole, then "...", and how many there are.
+  std::string_view text = s.iteration;
+  text = text.substr(0, RuntimeSelection::kMaxJournalIterationBytes);
+  text = text.substr(0, text.rfind('|'));
+  j["iteration"] = std::string(text) + "|...";
+  j["iteration_ranges"] = s.iterations ? s.iterations->ranges().size() : 0;
+  j["iteration_bytes"] = s.iteration.size();
+  return j;
 }
 
 }  // namespace
@@ -16,16 +29,36 @@ nlohmann::json toJson(const Selection& s) {
 RuntimeSelection::RuntimeSelection(Selection initial, bool has_recorder)
     : has_recorder_(has_recorder) {
   initial.generation = 0;
+  initial.sent_at = 0;
+  if (!initial.iterations) {
+    auto set = config::IterationSet::parse(initial.iteration);
+    initial.iterations = std::make_shared<const config::IterationSet>(
+        set ? std::move(set).value() : config::IterationSet::all());
+  }
   recent_.push_back(std::move(initial));
 }
 
-Result<Selection> RuntimeSelection::change(const v1::ControlChange& change, uint32_t uid,
-                                           uint64_t time_us, std::string_view reason) {
-  std::string iteration;
+Result<Selection> RuntimeSelection::change(const v1::ControlChange& change,
+                                           std::optional<uint32_t> uid, uint64_t time_us,
+                                           uint64_t ring_position, std::string_view reason) {
+  std::shared_ptr<const config::IterationSet> iterations;
   if (change.has_iteration()) {
+    if (change.iteration().size() > kMaxIterationBytes) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "the iteration list is " + std::to_string(change.iteration().size()) +
+                           " bytes; dumpctl control takes at most " +
+                           std::to_string(kMaxIterationBytes) +
+                           " (give wider ranges: \"100-200\" rather than each iteration)");
+    }
     auto set = config::IterationSet::parse(change.iteration());
     if (!set) return set.error();
-    iteration = set.value().toString();
+    if (set.value().ranges().size() > kMaxIterationRanges) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "the iteration list has " + std::to_string(set.value().ranges().size()) +
+                           " separate ranges; dumpctl control takes at most " +
+                           std::to_string(kMaxIterationRanges) + " (merge them into wider ones)");
+    }
+    iterations = std::make_shared<const config::IterationSet>(std::move(set).value());
   }
   if (change.has_recorder_on() && !has_recorder_) {
     return makeError(ErrorCode::kInvalidConfig,
@@ -39,19 +72,31 @@ Result<Selection> RuntimeSelection::change(const v1::ControlChange& change, uint
   const Selection old = recent_.back();
   Selection next = old;
   ++next.generation;
-  if (change.has_iteration()) next.iteration = std::move(iteration);
+  next.sent_at = std::max(ring_position, old.sent_at);
+  if (iterations) {
+    next.iteration = iterations->toString();
+    next.iterations = std::move(iterations);
+  }
   if (change.has_paused()) next.paused = change.paused();
   if (change.has_recorder_on()) next.recorder_on = change.recorder_on();
   recent_.push_back(next);
   // The initial selection stays: it is what generation 0 means.
   while (recent_.size() > kMaxKept) recent_.erase(recent_.begin() + 1);
   nlohmann::json line = {{"time_us", time_us},
-                         {"uid", uid},
                          {"generation", next.generation},
                          {"old", toJson(old)},
                          {"new", toJson(next)}};
-  if (!reason.empty()) line["reason"] = std::string(reason);
-  journal_.push_back(line.dump() + "\n");
+  if (uid) {
+    line["uid"] = *uid;
+  } else {
+    line["by"] = "dumpd";
+  }
+  if (!reason.empty()) line["reason"] = toValidUtf8(reason);
+  if (journal_.size() < kMaxQueuedJournalLines) {
+    journal_.push_back(line.dump() + "\n");
+  } else {
+    ++journal_dropped_;
+  }
   return next;
 }
 
@@ -61,6 +106,14 @@ std::optional<Selection> RuntimeSelection::find(uint64_t generation) const {
     if (s.generation == generation) return s;
   }
   return std::nullopt;
+}
+
+Selection RuntimeSelection::boundBefore(uint64_t ring_position) const {
+  MutexLock lock(&mu_);
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+    if (it->generation == 0 || it->sent_at < ring_position) return *it;
+  }
+  return recent_.front();
 }
 
 Selection RuntimeSelection::current() const {
@@ -75,7 +128,14 @@ bool RuntimeSelection::changed() const {
 
 std::vector<std::string> RuntimeSelection::takeJournal() {
   MutexLock lock(&mu_);
-  return std::exchange(journal_, {});
+  std::vector<std::string> out = std::exchange(journal_, {});
+  if (journal_dropped_ != 0) {
+    nlohmann::json line = {{"lines_not_journalled", journal_dropped_},
+                           {"reason", "more changes than the session thread could journal"}};
+    out.push_back(line.dump() + "\n");
+    journal_dropped_ = 0;
+  }
+  return out;
 }
 
 }  // namespace dumpd::daemon

@@ -3,12 +3,18 @@
 // generation; the daemon sends it to the client (SelectionUpdate), and the client names the
 // generation it applied in its next StepMark, where the drain switches too (find()).
 //
+// The client is bound to apply a generation by its second step mark after dumpd sent it (it
+// reads its socket at every step mark): the drain enforces it from there whatever the
+// client says (boundBefore()), and never goes back to an older generation.
+//
 // Thread-safety: every method may be called from any thread; mu_ guards plain data only and
 // is never held across anything else.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +22,7 @@
 
 #include "base/mutex.h"
 #include "base/result.h"
+#include "config/iteration_set.h"
 #include "proto/dumpd.pb.h"
 
 namespace dumpd::daemon {
@@ -23,35 +30,54 @@ namespace dumpd::daemon {
 struct Selection {
   uint64_t generation = 0;
   std::string iteration;  // canonical ("all", "0|5-8")
+  // `iteration` parsed once (never at a step mark); null only for a default Selection.
+  std::shared_ptr<const config::IterationSet> iterations;
   bool paused = false;
   bool recorder_on = true;
+  // The client's ring position (bytes committed) when dumpd sent it: step marks that end
+  // past it were written after.
+  uint64_t sent_at = 0;
 };
 
 class RuntimeSelection {
  public:
   // `has_recorder`: whether the job has a flight recorder (else recorder changes are refused).
+  // `initial.iteration` must be canonical (IterationSet::toString()).
   RuntimeSelection(Selection initial, bool has_recorder);
 
-  // Checks and applies `change` requested by `uid`: the new selection, or an error naming the
-  // bad value (kInvalidConfig: the message `dumpctl validate` gives for it). Queues a line for
-  // .dump_metadata/control.jsonl (takeJournal()); `reason`, when given, is journalled too
-  // (a change dumpd makes itself).
-  Result<Selection> change(const v1::ControlChange& change, uint32_t uid, uint64_t time_us,
+  // Checks and applies `change` requested by `uid` (nullopt: dumpd itself, for `reason`),
+  // sent when the client's ring stood at `ring_position`: the new selection, or an error
+  // naming the bad value (kInvalidConfig: the message `dumpctl validate` gives for it;
+  // kInvalidArgument: nothing to change, or a list past the limits below). Queues a line
+  // for .dump_metadata/control.jsonl (takeJournal()), with long lists summarised.
+  Result<Selection> change(const v1::ControlChange& change, std::optional<uint32_t> uid,
+                           uint64_t time_us, uint64_t ring_position = 0,
                            std::string_view reason = {});
   // The selection of a generation a client applied (the last kMaxKept are kept).
   std::optional<Selection> find(uint64_t generation) const;
+  // The newest generation sent before the ring reached `ring_position` (the client must have
+  // applied it by a step mark after that position).
+  Selection boundBefore(uint64_t ring_position) const;
   Selection current() const;
   bool changed() const;
   // Journal lines not yet written (the session thread appends them).
   std::vector<std::string> takeJournal();
 
   static constexpr size_t kMaxKept = 64;
+  // An iteration list dumpctl control may set: its text and its ranges once merged.
+  static constexpr size_t kMaxIterationBytes = 64 << 10;
+  static constexpr size_t kMaxIterationRanges = 4096;
+  // Journal lines hold at most this much of a list (then "...", and the count of ranges).
+  static constexpr size_t kMaxJournalIterationBytes = 256;
+  // Journal lines queued before the session thread writes them; older ones are counted.
+  static constexpr size_t kMaxQueuedJournalLines = 256;
 
  private:
   const bool has_recorder_;
   mutable Mutex mu_;
   std::deque<Selection> recent_ GUARDED_BY(mu_);  // oldest first; back() is current
   std::vector<std::string> journal_ GUARDED_BY(mu_);
+  uint64_t journal_dropped_ GUARDED_BY(mu_) = 0;  // lines beyond kMaxQueuedJournalLines
 };
 
 }  // namespace dumpd::daemon

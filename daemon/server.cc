@@ -50,6 +50,7 @@ Server::Server(asio::io_context& io, DaemonSettings settings, std::string socket
             applyWorkerPriority(idle);
           },
           std::max<uint64_t>(settings_.write_queue_bytes / 4, 1))),
+      recorder_memory_(std::make_shared<ByteBudget>(settings_.recorder_memory_bytes)),
       started_(env_.clock->now()),
       give_up_timer_(env_.clock->makeTimer(io)),
       accept_retry_timer_(env_.clock->makeTimer(io)) {}
@@ -222,7 +223,7 @@ void Server::releaseFrameBytes(uint64_t n) {
 }
 
 SessionContext Server::sessionContext() {
-  return SessionContext{io_, *pool_, claims_, settings_, env_};
+  return SessionContext{io_, *pool_, claims_, settings_, env_, accounts_, recorder_memory_};
 }
 
 void Server::connectionDone(const std::shared_ptr<Connection>& c) {

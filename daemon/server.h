@@ -94,6 +94,8 @@ class Server {
   asio::local::stream_protocol::acceptor acceptor_;
   std::unique_ptr<storage::WriterPool> pool_;
   ClaimRegistry claims_;
+  const std::shared_ptr<JobAccounts> accounts_ = std::make_shared<JobAccounts>();
+  const std::shared_ptr<ByteBudget> recorder_memory_;
   struct Entry {
     std::shared_ptr<Connection> connection;
     bool counted;  // admitted (refused connections are not counted against the limits)

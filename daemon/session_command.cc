@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/utf8.h"
 #include "daemon/log_escape.h"
 #include "daemon/log_limiter.h"
 
@@ -78,7 +79,7 @@ CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>
       if (std::string why = session.triggerRefusal(); !why.empty()) {
         return refuse(v1::Error::FAILED_PRECONDITION, why);
       }
-      std::string reason = cmd.trigger().reason().substr(0, 1024);
+      std::string reason(cutUtf8(cmd.trigger().reason(), 1024));
       spdlog::info("session {}: manual trigger from uid {}: {}", session.id(), requester.uid,
                    escapeForLog(reason));
       session.requestTrigger(std::move(reason));

@@ -49,7 +49,8 @@ Result<PreparedSession> prepareSession(const v1::Hello& h, UniqueFd ring_fd, Uni
 }
 
 Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const PeerIdentity& peer,
-                                   const DaemonSettings& settings, DumpRoots& roots) {
+                                   const DaemonSettings& settings, DumpRoots& roots,
+                                   JobAccounts* accounts) {
   storage::JobOptions opts;
   opts.rank = h.rank();
   opts.device_target = h.device_target().empty() ? "CPU" : h.device_target();
@@ -60,6 +61,9 @@ Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& h, const
   opts.min_free_bytes = settings.min_free_bytes;
   opts.max_open_directories = settings.max_open_directories;
   opts.max_links_per_file = settings.max_links_per_file;
+  opts.journal_bytes = settings.journal_bytes;
+  // The job's reconnections are charged to the same account (same uid, root, rank, net).
+  if (accounts != nullptr) opts.account = accounts->account(peer.uid, s.conflict_key);
   auto fs = roots.open(std::move(s.root), peer);
   if (!fs) return fs.error();
   auto writer = storage::JobWriter::create(fs.value(), s.plan, opts);

@@ -17,6 +17,7 @@
 #include "config/dump_plan.h"
 #include "config/filter.h"
 #include "daemon/daemon_settings.h"
+#include "daemon/job_accounts.h"
 #include "daemon/session_env.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
@@ -43,9 +44,10 @@ struct OpenedWriter {
   std::shared_ptr<storage::FileSystem> fs;  // for free-space figures
   std::unique_ptr<storage::JobWriter> writer;
 };
+// `accounts` (may be null): the job's quota account is taken from there.
 Result<OpenedWriter> openJobWriter(PreparedSession& s, const v1::Hello& hello,
                                    const PeerIdentity& peer, const DaemonSettings& settings,
-                                   DumpRoots& roots);
+                                   DumpRoots& roots, JobAccounts* accounts = nullptr);
 
 // The wire code for an error of set-up.
 v1::Error::Code wireCode(ErrorCode code);

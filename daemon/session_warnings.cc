@@ -2,13 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/utf8.h"
 #include "daemon/log_escape.h"
 
 namespace dumpd::daemon {
 
 void SessionWarnings::note(const std::string& message) {
-  // Bounded: an error message may quote client-sized text.
-  last_error_.store(std::make_shared<const std::string>(message.substr(0, 1024)));
+  // Bounded: an error message may quote client-sized text, of any bytes (status sends it in
+  // a protobuf string: valid UTF-8, cut between characters).
+  last_error_.store(std::make_shared<const std::string>(toValidUtf8(cutUtf8(message, 1024))));
 }
 
 std::shared_ptr<const std::string> SessionWarnings::lastError() const { return last_error_.load(); }

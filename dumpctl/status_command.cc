@@ -116,6 +116,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["selection"] = s.selection();
     o["selection_changed"] = s.selection_changed();
     o["paused"] = s.paused();
+    o["journal_lines_refused"] = s.journal_lines_refused();
     if (s.has_recorder()) {
       const v1::RecorderStatus& f = s.recorder();
       o["recorder"] = {{"recording", f.recording()},
@@ -124,6 +125,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
                        {"kept_bytes", f.kept_bytes()},
                        {"not_kept_whole", f.not_kept_whole()},
                        {"discarded_for_space", f.discarded_for_space()},
+                       {"refused_for_memory", f.refused_for_memory()},
                        {"triggers", f.triggers()},
                        {"last_trigger", f.last_trigger()},
                        {"warning", f.warning()}};
@@ -150,6 +152,10 @@ std::string recorderLine(const v1::RecorderStatus& f) {
   if (f.not_kept_whole() != 0 || f.discarded_for_space() != 0) {
     s += ", " + std::to_string(f.not_kept_whole()) + " not kept whole, " +
          std::to_string(f.discarded_for_space()) + " discarded for ring space";
+  }
+  if (f.refused_for_memory() != 0) {
+    s += ", " + std::to_string(f.refused_for_memory()) +
+         " records not kept (dumpd's recorder_memory_bytes used up)";
   }
   s += "\n";
   if (!f.warning().empty()) s += "     recorder warning: " + printable(f.warning()) + "\n";
@@ -206,6 +212,10 @@ std::string statusToTable(const v1::StatusReply& r) {
       if (!s.last_error().empty()) out << "     last error: " << printable(s.last_error()) << "\n";
       if (!s.stop_reason().empty()) {
         out << "     payloads stopped: " << printable(s.stop_reason()) << "\n";
+      }
+      if (s.journal_lines_refused() != 0) {
+        out << "     journal lines not written: " << s.journal_lines_refused()
+            << " (journal_bytes or min_free_bytes)\n";
       }
       if (s.selection_changed() || s.paused()) {
         out << "     selection (changed at runtime): iteration \"" << printable(s.selection())

@@ -183,6 +183,8 @@ void RingProducer::commit(uint64_t sequence) {
   shared_->publish(control());
 }
 
+void RingProducer::wakeConsumer() { futexBumpAndWake(control()->data_wake); }
+
 void RingProducer::voidRecord(uint64_t sequence, uint32_t tensors_lost) {
   {
     MutexLock lock(&shared_->mu);
@@ -404,6 +406,14 @@ void RingConsumer::waitForData(int timeout_ms, bool wake_on_producer_wait) {
 
 void RingConsumer::wakeConsumer() { futexBumpAndWake(control()->data_wake); }
 
+uint32_t RingConsumer::wakeValue() const {
+  return control()->data_wake.load(std::memory_order_seq_cst);
+}
+
+void RingConsumer::waitForWake(uint32_t seen, int timeout_ms) {
+  futexWait(control()->data_wake, seen, timeout_ms);
+}
+
 void RingConsumer::setClosing() {
   // seq_cst: pairs with the producer's seq_cst store of producer_busy and load of closing
   // in RingProducer::tryReserve (see producerBusy).
@@ -426,6 +436,10 @@ void RingConsumer::requestFetch(uint64_t from_sequence, uint32_t through_iterati
 
 bool RingConsumer::producerBusy() const {
   return control()->producer_busy.load(std::memory_order_seq_cst) != 0;
+}
+
+uint64_t RingConsumer::committedPosition() const {
+  return control()->head.load(std::memory_order_acquire);
 }
 
 uint64_t RingConsumer::usedBytes() const {

@@ -85,6 +85,9 @@ class RingProducer {
   void voidRecord(uint64_t sequence, uint32_t tensors_lost);
   // Drops the newest reservation, which must still be open; nothing is published.
   void abandon();
+  // Wakes the daemon's consumer whatever it waits for (it fetched tensors kept on the
+  // device, and they are filled now). Any thread; never blocks.
+  void wakeConsumer();
 
   // Sleeps until a record with `body_bytes` could be reserved, the daemon closes the session,
   // or timeout_ms (>= 0) passes. Returns true when it fits now.
@@ -166,6 +169,11 @@ class RingConsumer {
   bool producerWaiting() const;
   // Wakes waitForData (from any thread of the daemon).
   void wakeConsumer();
+  // The wake word's value now, and a sleep until it changes (the producer bumps it after a
+  // commit it sees the consumer wait for, and after filling fetched tensors), at most
+  // timeout_ms. The consumer's thread.
+  uint32_t wakeValue() const;
+  void waitForWake(uint32_t seen, int timeout_ms);
   bool hasData() const;
   // Marks the session closing (the producer starts no new record) and wakes both sides.
   void setClosing();
@@ -178,6 +186,8 @@ class RingConsumer {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t usedBytes() const;  // committed and not yet released
+  // Ring position of the end of the last record committed (the producer's head). Any thread.
+  uint64_t committedPosition() const;
   // Bytes of records next() has returned that are not released yet (the consumer's thread).
   uint64_t readNotReleased() const { return read_ - released_.load(std::memory_order_acquire); }
   uint64_t droppedRecords() const;

@@ -41,7 +41,8 @@ struct JobWriter::Impl {
         dirs(fs, rank_dir, rank_dir + "/" + sanitizeName(plan.net_name),
              options.max_open_directories, options.durability != config::Durability::kNone),
         files(options.durability, statisticCsvHeader(plan.statistic_category)),
-        gate(fs, options.quota_bytes, options.min_free_bytes),
+        gate(fs, options.quota_bytes, options.min_free_bytes, options.account,
+             options.journal_bytes),
         tensors(plan, options.compression == config::Compression::kLz4, options.max_links_per_file,
                 files, gate, counters),
         bin(plan, files, gate, tensors),
@@ -305,11 +306,16 @@ Status JobWriter::appendGlobalExecutionOrder(uint32_t graph_id, uint32_t iterati
   return impl_->metadata.appendGlobalExecutionOrder(graph_id, iteration);
 }
 
-Status JobWriter::appendJournal(std::string_view name, const std::string& line) {
+Result<bool> JobWriter::appendJournal(std::string_view name, const std::string& line) {
   ScopedCredentials scope;
-  if (Status s = impl_->actAs(scope); !s) return s;
-  return impl_->metadata.appendJournal(name, line);
+  if (Status s = impl_->actAs(scope); !s) return s.error();
+  auto admitted = impl_->gate.admitJournal(line.size());
+  if (!admitted || !admitted.value()) return admitted;
+  if (Status s = impl_->metadata.appendJournal(name, line); !s) return s.error();
+  return true;
 }
+
+std::string JobWriter::journalRefusal() const { return impl_->gate.journalRefusal(); }
 
 Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,
                                   std::string_view op_name,

@@ -24,6 +24,7 @@
 #include "config/write_policy.h"
 #include "storage/fs/file_system.h"
 #include "storage/writer/op_record.h"
+#include "storage/writer/payload_gate.h"
 
 namespace dumpd::storage {
 
@@ -44,6 +45,10 @@ struct JobOptions {
   // first file (a copy, charged as a payload) that later repeats link to (see
   // storage/tensor_memo.h). 0 is taken as 1.
   uint32_t max_links_per_file = 1000;
+  // The job's account (payload and journal bytes), shared with the job's other sessions
+  // (null: this writer's own).
+  std::shared_ptr<QuotaAccount> account;
+  uint64_t journal_bytes = 0;  // journal lines the job may append; 0 = unlimited
 };
 
 // What one writeOp did.
@@ -123,8 +128,11 @@ class JobWriter {
   // Whether that file lists every executed iteration (GPU and Ascend producers) or only the
   // dumped ones (CPU), as MindSpore's DumpRunIter does.
   bool listsEveryIteration() const;
-  // Appends one line to .dump_metadata/`name` (triggers.jsonl, control.jsonl), synced.
-  Status appendJournal(std::string_view name, const std::string& line);
+  // Appends one line to .dump_metadata/`name` (triggers.jsonl, control.jsonl), synced, once
+  // the line passes the job's journal allowance and the free-space floor. False: refused
+  // (journalRefusal() says why).
+  Result<bool> appendJournal(std::string_view name, const std::string& line);
+  std::string journalRefusal() const;
   // {net}/{graph}/{iteration}/{op_type}.{op_name}.json with string values.
   Status writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::string_view op_type,
                          std::string_view op_name,

@@ -59,9 +59,15 @@ class ConnectionTest : public ::testing::Test {
   }
 
   // A connected socketpair: the server serves one end, the test holds the other.
-  TestClient connect() {
+  // `server_sndbuf`: the server end's send buffer (0: the default), small to make the
+  // daemon's replies queue while the test does not read.
+  TestClient connect(int server_sndbuf = 0) {
     int sv[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    if (server_sndbuf != 0) {
+      EXPECT_EQ(::setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &server_sndbuf, sizeof server_sndbuf),
+                0);
+    }
     asio::post(io_, [this, fd = sv[0]] {
       asio::local::stream_protocol::socket socket(io_);
       socket.assign(asio::local::stream_protocol(), fd);
@@ -226,6 +232,41 @@ TEST_F(ConnectionTest, ShutdownDrainsEverySessionThenStopsTheIoContext) {
   EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/0").size(), 7u);  // six tensors, statistic.csv
   EXPECT_TRUE(fs_->exists("rank_0/Net/0/0/Add.last.0.0.6.output.0.DefaultFormat.float32.npy"));
   EXPECT_TRUE(c.closedByDaemon());
+}
+
+// dumpctl control on a session whose client does not read its socket: a newer selection
+// update replaces the one waiting, so at most one queues, and the client gets the newest.
+TEST_F(ConnectionTest, SelectionUpdatesForAClientThatDoesNotReadReplaceEachOther) {
+  startServer();
+  TestProducer ring;
+  TestClient c = connect(/*server_sndbuf=*/4096);
+  sendHello(c, ring);
+  const v1::Envelope welcome = c.receive();
+  ASSERT_TRUE(welcome.has_welcome());
+  std::string list;  // ~23 KB: several fill the socket's buffer
+  for (int i = 0; i < 4000; ++i) list += (i ? "|" : "") + std::to_string(2 * i);
+  constexpr int kChanges = 40;
+  for (int i = 1; i <= kChanges; ++i) {
+    TestClient op = connect();
+    v1::Envelope cmd;
+    v1::SessionCommand* sc = cmd.mutable_session_command();
+    sc->mutable_target()->set_session_id(welcome.welcome().session_id());
+    sc->mutable_control()->set_iteration(list + "|" + std::to_string(100000 + i));
+    op.send(cmd);
+    const v1::Envelope reply = op.receive();
+    ASSERT_TRUE(reply.has_session_command_reply()) << reply.error().message();
+  }
+  // Now read everything queued: a few updates at most, the newest last.
+  std::vector<uint64_t> generations;
+  for (;;) {
+    auto env = ipc::recvFrame(c.fd.get(), c.decoder, 500);
+    if (!env) break;
+    ASSERT_TRUE(env.value().has_selection_update());
+    generations.push_back(env.value().selection_update().generation());
+  }
+  ASSERT_FALSE(generations.empty());
+  EXPECT_EQ(generations.back(), static_cast<uint64_t>(kChanges));
+  EXPECT_LE(generations.size(), 6u) << "updates queued instead of replacing each other";
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
+
 namespace dumpd::daemon {
 namespace {
 
@@ -283,6 +285,66 @@ TEST(TriggerEvent, InvalidUtf8InTheReasonIsReplaced) {
   const nlohmann::json j = nlohmann::json::parse(e.toJsonLine(0, 0));
   EXPECT_EQ(j["kind"], "manual");
   EXPECT_EQ(j["reason"], "bad \xef\xbf\xbd\xef\xbf\xbd byte");  // U+FFFD each
+}
+
+TEST(TriggerEvent, LongListsAreSummarisedSoALineStaysSmall) {
+  TriggerEvent e;
+  e.kind = RecorderTrigger::kLossSpike;
+  e.iteration = 100000;
+  for (int i = 0; i < 100000; ++i) e.losses.push_back(i);
+  for (uint32_t i = 0; i < 50000; ++i) e.written.push_back(i < 10 ? i : i + 100);
+  const std::string line = e.toJsonLine(0, 0);
+  EXPECT_LT(line.size(), 4096u);
+  const nlohmann::json j = nlohmann::json::parse(line);
+  ASSERT_EQ(j["losses"].size(), 64u);
+  EXPECT_EQ(j["losses"].back(), 99999.0);  // the newest, the new loss last
+  EXPECT_EQ(j["losses_count"], 100000);
+  ASSERT_EQ(j["iterations_written"].size(), 64u);
+  EXPECT_EQ(j["iterations_written"][0], 0);
+  EXPECT_EQ(j["iterations_written_count"], 50000);
+  EXPECT_EQ(j["iterations_written_ranges"], "0-9|110-50099");
+}
+
+TEST(FlightRecorder, KeepsAtMostMaxKeptRecordsWhateverTheirBytes) {
+  FlightRecorder r(plan(/*steps=*/4, /*max_bytes=*/uint64_t{1} << 40));
+  const uint64_t cap = FlightRecorder::kMaxKeptRecords;
+  for (uint64_t i = 0; i < cap; ++i) ASSERT_TRUE(r.keep(1, record(i), 1).empty()) << i;
+  // One iteration holds the cap: the next record is handed back, the iteration not kept whole.
+  EXPECT_EQ(slots(r.keep(1, record(cap), 1)), (std::vector<uint64_t>{cap}));
+  EXPECT_EQ(status(r).not_kept_whole(), 1u);
+  // A new iteration makes room by discarding the old one.
+  EXPECT_EQ(r.keep(2, record(cap + 1), 1).size(), cap);
+}
+
+TEST(FlightRecorder, RecordsTheDaemonMemoryBudgetRefusesAreCountedInStatus) {
+  ByteBudget budget(1000);
+  FlightRecorder a(plan(4)), b(plan(4));
+  a.setMemoryBudget(&budget);
+  b.setMemoryBudget(&budget);
+  EXPECT_TRUE(a.keep(1, record(1), 8, 900).empty());
+  EXPECT_EQ(slots(b.keep(1, record(2), 8, 200)), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(status(b).refused_for_memory(), 1u);
+  EXPECT_EQ(status(a).refused_for_memory(), 0u);
+  a.releaseAll();
+  EXPECT_EQ(budget.used(), 0u);
+  EXPECT_TRUE(b.keep(1, record(3), 8, 200).empty());
+}
+
+TEST(FlightRecorder, LastTriggerIsValidUtf8CutBetweenCharacters) {
+  FlightRecorder r(plan(4));
+  TriggerEvent e = manual(1);
+  e.op_name = "op\xff\xfe";
+  e.tensor = "output 0";
+  r.fire(e);
+  EXPECT_EQ(status(r).last_trigger(), "manual at iteration 1: op\xef\xbf\xbd\xef\xbf\xbd output 0");
+  TriggerEvent long_reason = manual(2);
+  long_reason.reason.clear();
+  for (int i = 0; i < 600; ++i) long_reason.reason += "\xc3\xa9";
+  FlightRecorder r2(plan(4));
+  r2.fire(long_reason);
+  const std::string last = status(r2).last_trigger();
+  EXPECT_LE(last.size(), 1024u);
+  EXPECT_TRUE(isValidUtf8(last));
 }
 
 }  // namespace

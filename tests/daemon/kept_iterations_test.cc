@@ -69,5 +69,60 @@ TEST(KeptIterations, DiscardOldestNeverTakesTheCurrentIteration) {
   EXPECT_EQ(k.iterations(), 1u);
 }
 
+TEST(KeptIterations, MaxRecordsCapsTheRecordsWhateverTheirBytes) {
+  Kept k(100, 1 << 20, 3);
+  EXPECT_TRUE(k.add(1, 10, 1).empty());
+  EXPECT_TRUE(k.add(1, 11, 1).empty());
+  EXPECT_TRUE(k.add(2, 20, 1).empty());
+  // A fourth record discards the oldest iteration first.
+  EXPECT_EQ(k.add(2, 21, 1), (std::vector<int>{10, 11}));
+  EXPECT_TRUE(k.add(2, 22, 1).empty());
+  // The current iteration alone holds the cap: the record is handed back, not kept whole.
+  EXPECT_EQ(k.add(2, 23, 1), (std::vector<int>{23}));
+  EXPECT_EQ(k.records(), 3u);
+  EXPECT_EQ(k.notKeptWhole(), 1u);
+}
+
+TEST(KeptIterations, TheSharedMemoryBudgetBoundsEverySessionTogether) {
+  ByteBudget budget(100);
+  Kept a(10, 1 << 20, UINT64_MAX, &budget);
+  Kept b(10, 1 << 20, UINT64_MAX, &budget);
+  EXPECT_TRUE(a.add(1, 10, 1, 40).empty());
+  EXPECT_TRUE(a.add(2, 20, 1, 40).empty());
+  EXPECT_EQ(budget.used(), 80u);
+  // b's first record does not fit and b has nothing of its own to discard: handed back.
+  EXPECT_EQ(b.add(1, 100, 1, 40), (std::vector<int>{100}));
+  EXPECT_EQ(b.refusedForMemory(), 1u);
+  EXPECT_EQ(b.notKeptWhole(), 1u);
+  EXPECT_EQ(budget.used(), 80u);
+  // a makes room from its own oldest iteration, never from b.
+  EXPECT_EQ(a.add(3, 30, 1, 40), (std::vector<int>{10}));
+  EXPECT_EQ(a.memory(), 80u);
+  EXPECT_EQ(budget.used(), 80u);
+  EXPECT_TRUE(b.add(1, 101, 1, 20).empty());
+  EXPECT_EQ(budget.used(), 100u);
+}
+
+TEST(KeptIterations, MemoryIsGivenBackOnEveryWayOut) {
+  ByteBudget budget(1000);
+  {
+    Kept k(2, 1 << 20, UINT64_MAX, &budget);
+    k.add(1, 10, 1, 100);
+    k.add(2, 20, 1, 100);
+    k.add(3, 30, 1, 100);  // discards iteration 1
+    EXPECT_EQ(budget.used(), 200u);
+    k.discardNewest();
+    EXPECT_EQ(budget.used(), 100u);
+    k.discardOldest();
+    EXPECT_EQ(budget.used(), 0u);
+    k.add(4, 40, 1, 100);
+    k.takeAll();
+    EXPECT_EQ(budget.used(), 0u);
+    k.add(5, 50, 1, 100);
+    EXPECT_EQ(budget.used(), 100u);
+  }
+  EXPECT_EQ(budget.used(), 0u);  // the destructor gives back what was still kept
+}
+
 }  // namespace
 }  // namespace dumpd::daemon

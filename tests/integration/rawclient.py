@@ -9,7 +9,8 @@
 * Agents (`python3 rawclient.py COMMAND ...`): client processes the tests start, optionally as
   another uid: `benign` (a dumpd.Client that dumps and flushes in a loop, reporting each flush's
   latency), `tightloop` (dump() until DaemonError, counting True returns), `connections` and
-  `sessions` (open raw connections / sessions and report what the daemon answered). Each
+  `sessions` (open raw connections / sessions and report what the daemon answered), `steps`
+  (step marks naming chosen selection generations, ops, Trigger records; agent_steps). Each
   writes one JSON object per line on stdout and holds what it opened until stdin is closed.
 """
 
@@ -46,8 +47,11 @@ KIND_PAD, KIND_OP, KIND_CONTROL = 1, 2, 3
 DTYPE_FLOAT32 = 10  # base/dtype.h wire value
 # A tensor descriptor's io byte (ipc/ring_format.h): the memo bit, the payload kind << 4.
 MEMO_BIT = 0x02
-PAYLOAD_STATISTICS, PAYLOAD_SAME = 1 << 4, 2 << 4
+PAYLOAD_STATISTICS, PAYLOAD_SAME, PAYLOAD_DEFERRED = 1 << 4, 2 << 4, 3 << 4
 STATS_PAYLOAD = struct.Struct("<7Q4dQ")  # ipc::StatsPayload
+DEFERRED_STATE_OFFSET = STATS_PAYLOAD.size  # ipc::DeferredPayload: stats, state, reserved[3]
+DEFERRED_HEADER_BYTES = 128
+DEFERRED_ON_DEVICE, DEFERRED_FILLED, DEFERRED_LOST = 0, 1, 2
 SAME_PAYLOAD = struct.Struct("<QII")  # ipc::SamePayload
 
 # RingControl offsets (static_asserts in ring_format.h) and widths.
@@ -66,6 +70,7 @@ CONTROL_WORDS = {
     "dropped_tensors": (328, 8),
     "closing": (384, 4),
     "producer_busy": (448, 4),
+    "fetch_generation": (512, 4),
 }
 
 RECORD_HEADER = struct.Struct("<IHHIIQQ")  # magic kind flags reserved body_bytes length seq
@@ -361,6 +366,49 @@ class Ring:
         ctl.step.iteration = iteration
         return self.commit(KIND_CONTROL, control_body(ctl), timeout)
 
+    def commit_bulk(self, body, iterations, timeout=30.0):
+        """Commits one kOp record per entry of `iterations` (a numpy integer array), each
+        `body` (op_body) with its OpHeader iteration set to that entry: whole chunks of records
+        are written and published with one head store, for floods of millions of records."""
+        import numpy as np
+        length = align_up(RECORD_HEADER.size + len(body), RECORD_ALIGN)
+        rec = bytearray(length)
+        RECORD_HEADER.pack_into(rec, 0, RECORD_MAGIC, KIND_OP, 0, 0, len(body), length, 0)
+        rec[RECORD_HEADER.size:RECORD_HEADER.size + len(body)] = body
+        template = np.frombuffer(bytes(rec), np.uint8)
+        its = np.asarray(iterations, dtype=np.uint32)
+        done = 0
+        while done < len(its):
+            off = self.head % self.capacity
+            n = min(len(its) - done, 8192, (self.capacity - off) // length,
+                    (self.capacity - self.used()) // length)
+            if n == 0:  # the ring's end (a pad record first) or no space: an ordinary commit
+                one = bytearray(body)
+                struct.pack_into("<I", one, 4, int(its[done]))
+                self.commit(KIND_OP, bytes(one), timeout)
+                done += 1
+                continue
+            chunk = np.tile(template, n).reshape(n, length)
+            chunk[:, 24:32].view(np.uint64)[:, 0] = np.arange(self.sequence + 1,
+                                                              self.sequence + n + 1)
+            chunk[:, 36:40].view(np.uint32)[:, 0] = its[done:done + n]
+            if self.polite:
+                self.set("producer_busy", 1)
+                if self.get("closing"):
+                    self.set("producer_busy", 0)
+                    raise RingClosing()
+            start = CONTROL_BYTES + off
+            self.mm[start:start + n * length] = chunk.tobytes()
+            self.sequence += n
+            self.head += n * length
+            self.set("head", self.head)  # after the bytes (x86-64 keeps store order)
+            if self.polite:
+                self.set("producer_busy", 0)
+            if self.get("consumer_waiting"):
+                self.bump_and_wake("data_wake")
+            done += n
+        return self.sequence
+
     def close(self):
         try:
             self.mm.close()
@@ -400,6 +448,24 @@ def op_body(graph, iteration, op_name, array, op_type="Add", io=1, slot=0, task_
     body[off + 8 * len(shape):off + 8 * len(shape) + len(fmt_b)] = fmt_b
     body[data_off:] = payload
     return bytes(body)
+
+
+def deferred_payload(array, state=DEFERRED_ON_DEVICE):
+    """The payload of a float32 tensor kept on the client's device (PayloadKind::kDeferred):
+    ipc::DeferredPayload (the device's statistics of `array`, `state`), then room for its
+    bytes. Commit it with io=PAYLOAD_DEFERRED | io bit and shape=array.shape."""
+    import numpy as np
+    a = np.asarray(array, dtype=np.float64).ravel()
+    fin = a[np.isfinite(a)]
+    counts = (a.size, int(np.isnan(a).sum()), int(np.isneginf(a).sum()),
+              int(np.isposinf(a).sum()), int((a == 0).sum()), int((a < 0).sum()),
+              int((a > 0).sum()))
+    head = bytearray(DEFERRED_HEADER_BYTES)
+    STATS_PAYLOAD.pack_into(head, 0, *counts, float(fin.max(initial=0)),
+                            float(fin.min(initial=0)), float(fin.sum()),
+                            float((fin * fin).sum()), 0)
+    struct.pack_into("<Q", head, DEFERRED_STATE_OFFSET, state)
+    return bytes(head) + bytes(4 * a.size)
 
 
 def control_body(ctl):
@@ -664,10 +730,151 @@ def agent_stats(a):
     return 0
 
 
+def _stdin_lines():
+    """A queue of stdin's lines (None at EOF), read on a thread."""
+    import queue
+    q = queue.Queue()
+
+    def read():
+        for line in sys.stdin:
+            q.put(line.strip())
+        q.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return q
+
+
+def step_generation(a, step):
+    """The selection generation step `step` of agent_steps names: 0 before --hold-at, then
+    the --generations list (its last value repeated, or the list cycled with --cycle)."""
+    if step < a.hold_at:
+        return 0
+    gens = [int(g) for g in a.generations.split(",")]
+    k = step - a.hold_at
+    return gens[k % len(gens)] if a.cycle else gens[min(k, len(gens) - 1)]
+
+
+def agent_steps(a):
+    """A raw session that never reads its socket while it runs (SelectionUpdates stay unread):
+    `steps` steps, each a StepMark naming step_generation()'s selection generation, one op of
+    `elements` float32 (values first_iteration + i) and `triggers` Trigger records. Before
+    step --hold-at it reports "holding" (with its session id) and goes on at a line on stdin.
+    With --read-updates it then reads what dumpd sent until the socket is quiet for 1 s and
+    reports the SelectionUpdates' generations ("updates"). Then flush ("flushed", with the
+    counts); the session is held until stdin closes."""
+    import numpy as np
+    lines = _stdin_lines()
+    s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
+                   rank=a.rank)
+    sid = s.welcome.session_id
+    try:
+        for i in range(a.steps + 1):
+            if i == a.hold_at:
+                emit(event="holding", id=sid, step=i)
+                if lines.get() is None:
+                    return 0
+            if i == a.steps:
+                break
+            it = a.first_iteration + i
+            ctl = pb2().Control()
+            ctl.step.graph_id = 0
+            ctl.step.iteration = it
+            ctl.step.selection_generation = step_generation(a, i)
+            s.ring.commit(KIND_CONTROL, control_body(ctl))
+            s.ring.commit_op(0, it, "Default/Steps-op0",
+                             np.arange(a.elements, dtype=np.float32) + np.float32(it))
+            for _ in range(a.triggers):
+                t = pb2().Control()
+                t.trigger.reason = "agent_steps"
+                s.ring.commit(KIND_CONTROL, control_body(t))
+        if a.read_updates:
+            gens = []
+            while True:
+                try:
+                    env = s.conn.recv(1.0)
+                except TimeoutError:
+                    break
+                if env is None:
+                    break
+                if env.HasField("selection_update"):
+                    gens.append(env.selection_update.generation)
+            emit(event="updates", generations=gens)
+        c = s.flush(timeout=120).counts
+        emit(event="flushed", id=sid, written=c.tensors_written, dropped=c.tensors_dropped)
+    except SessionRefused as e:
+        emit(event="refused", code=e.code, message=e.message)
+    except (RingClosing, BrokenPipeError, ConnectionResetError, TimeoutError) as e:
+        emit(event="refused", code="closed", message=repr(e))
+    while lines.get() is not None:
+        pass
+    s.close()
+    return 0
+
+
+def agent_script(a):
+    """Runs `--script` (a JSON list of actions) in one raw session; one line per action done:
+    ["step", it]: a step mark; ["ops", {...}]: op records of one 1-element float32 tensor,
+    "count" of them, the i-th in iteration "iteration" + i // "per_iteration" (commit_bulk),
+    named "name" or "name_hex" (any bytes), "payload" "host" (the value "value"), "repeat"
+    (of a tensor never sent) or "deferred" (kept on the device in state "state", the last
+    one in "last_state"); ["trigger", reason]: a Trigger record; ["fetch"]: waits for dumpd's
+    fetch request in the ring; ["flush", timeout]. dumpd's refusal ends the script with a
+    "refused" line. The session is held until stdin closes."""
+    import numpy as np
+    stop = _stdin_closed_event()
+    s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
+                   rank=a.rank)
+    emit(event="welcome", id=s.welcome.session_id)
+    try:
+        for action, *args in json.loads(a.script):
+            t0 = time.monotonic()
+            if action == "step":
+                s.ring.commit_step(0, args[0])
+            elif action == "ops":
+                o = args[0]
+                name = bytes.fromhex(o["name_hex"]) if "name_hex" in o else o["name"]
+                value = np.array([o.get("value", 1.0)], dtype=np.float32)
+                kind = o.get("payload", "host")
+                io, array = 1, value
+                if kind == "repeat":
+                    io, array = PAYLOAD_SAME, SAME_PAYLOAD.pack(1 << 40, 0, 0)
+                elif kind == "deferred":
+                    io, array = 1 | PAYLOAD_DEFERRED, deferred_payload(value, o.get("state", 0))
+                n = o.get("count", 1)
+                its = o.get("iteration", 0) + np.arange(n) // o.get("per_iteration", n)
+                body = op_body(0, 0, name, array, op_type="Hostile", io=io, shape=(1,))
+                if "last_state" in o:
+                    s.ring.commit_bulk(body, its[:-1])
+                    body = op_body(0, 0, name, deferred_payload(value, o["last_state"]),
+                                   op_type="Hostile", io=io, shape=(1,))
+                    its = its[-1:]
+                s.ring.commit_bulk(body, its)
+            elif action == "trigger":
+                ctl = pb2().Control()
+                ctl.trigger.reason = args[0]
+                s.ring.commit(KIND_CONTROL, control_body(ctl))
+            elif action == "fetch":
+                while s.ring.get("fetch_generation") in (0, 1) or \
+                        s.ring.get("fetch_generation") % 2:  # a request is published
+                    time.sleep(0.005)
+            counts = {}
+            if action == "flush":
+                c = s.flush(timeout=args[0] if args else 30.0).counts
+                counts = {"written": c.tensors_written, "failed": c.tensors_failed}
+            emit(event=action, took=time.monotonic() - t0, sequence=s.ring.sequence, **counts)
+    except SessionRefused as e:
+        emit(event="refused", code=e.code, message=e.message)
+    except (RingClosing, BrokenPipeError, ConnectionResetError) as e:
+        emit(event="refused", code="closed", message=f"dumpd closed the session ({e!r})")
+    stop.wait()
+    s.close()
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("command", choices=["benign", "tightloop", "connections", "sessions",
-                                        "repeats", "stats"])
+                                        "repeats", "stats", "steps", "script"])
     p.add_argument("--socket", required=True)
     p.add_argument("--config")
     p.add_argument("--uid", type=int)
@@ -684,12 +891,21 @@ def main(argv=None):
     p.add_argument("--exit-on-error", action="store_true")
     p.add_argument("--hold-after-error", action="store_true")
     p.add_argument("--forge", default="none")
+    p.add_argument("--script", default="[]")
+    p.add_argument("--steps", type=int, default=0)
+    p.add_argument("--hold-at", type=int, default=0)
+    p.add_argument("--generations", default="0")
+    p.add_argument("--cycle", action="store_true")
+    p.add_argument("--triggers", type=int, default=0)
+    p.add_argument("--first-iteration", type=int, default=0)
+    p.add_argument("--read-updates", action="store_true")
     a = p.parse_args(argv)
     if a.uid is not None:
         become(a.uid, a.gid if a.gid is not None else a.uid)
     return {"benign": agent_benign, "tightloop": agent_tightloop,
             "connections": agent_connections, "sessions": agent_sessions,
-            "repeats": agent_repeats, "stats": agent_stats}[a.command](a)
+            "repeats": agent_repeats, "stats": agent_stats,
+            "steps": agent_steps, "script": agent_script}[a.command](a)
 
 
 if __name__ == "__main__":

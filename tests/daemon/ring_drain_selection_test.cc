@@ -1,0 +1,128 @@
+// RingDrain and runtime control: the daemon enforces the selection it sent from the step mark
+// where the client was bound to apply it, whatever the client says, and never goes back to an
+// older one; device-kept tensors are refused where no fetch can be meant.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "daemon/runtime_selection.h"
+#include "tests/daemon/ring_drain_fixture.h"
+
+namespace dumpd::daemon::testing {
+namespace {
+
+class RingDrainSelectionTest : public RingDrainTest {
+ protected:
+  std::shared_ptr<RingDrain> makeWithSelection() {
+    auto d = make(jobConfig("full", "all"));
+    Selection initial;
+    initial.iteration = "all";
+    selection_ = std::make_shared<RuntimeSelection>(initial, /*has_recorder=*/false);
+    d->setRuntimeSelection(selection_);
+    return d;
+  }
+  // A step mark naming the generation the client says it applied, then op "a" of that
+  // iteration.
+  void step(uint32_t iteration, uint64_t generation) {
+    v1::Control ctl;
+    ctl.mutable_step()->set_iteration(iteration);
+    ctl.mutable_step()->set_selection_generation(generation);
+    ring_.control(ctl);
+    ring_.op("a", iteration, {1.0f});
+  }
+  // dumpctl control --pause, sent when the client's ring stands where `d` has read to.
+  void pause(RingDrain& d, bool paused = true) {
+    v1::ControlChange c;
+    c.set_paused(paused);
+    ASSERT_TRUE(selection_->change(c, 0, 0, d.ring().committedPosition()));
+  }
+  // The iterations with files under rank_0/Net/0.
+  std::set<std::string> iterationsWritten() const {
+    std::set<std::string> out;
+    for (const std::string& f : filesUnder(*fs_, "rank_0/Net/0")) {
+      out.insert(f.substr(0, f.find('/')));
+    }
+    return out;
+  }
+
+  std::shared_ptr<RuntimeSelection> selection_;
+};
+
+TEST_F(RingDrainSelectionTest, APauseTheClientIgnoresIsEnforcedFromItsSecondStepMarkAfter) {
+  auto d = makeWithSelection();
+  step(0, 0);
+  step(1, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  // The client may have written this step mark before the update reached it.
+  step(2, 0);
+  // By this one it has read its socket: bound, whatever it says.
+  step(3, 0);
+  step(4, 0);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0", "1", "2"}));
+  // After the enforcement, each step mark that still names generation 0 is refused.
+  EXPECT_NE(lastWarning(*d).find("applied selection 0, older than 1"), std::string::npos)
+      << lastWarning(*d);
+}
+
+TEST_F(RingDrainSelectionTest, AClientThatAppliesThePauseAtOnceIsFollowedAtOnce) {
+  auto d = makeWithSelection();
+  step(0, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  step(1, 1);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d, false);
+  step(2, 1);  // not yet: the resume was sent after the last step mark
+  step(3, 2);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0", "3"}));
+  EXPECT_EQ(lastWarning(*d), "");
+}
+
+TEST_F(RingDrainSelectionTest, AnAcknowledgementOfAnOlderGenerationDoesNotUnpause) {
+  auto d = makeWithSelection();
+  step(0, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  step(1, 1);
+  step(2, 0);  // back to generation 0: refused
+  step(3, 0);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0"}));
+  EXPECT_NE(lastWarning(*d).find("older than 1 in force"), std::string::npos) << lastWarning(*d);
+}
+
+TEST_F(RingDrainTest, ADeviceKeptTensorInAJobWithoutARecorderEndsTheSession) {
+  auto d = make();
+  ring_.step(0, 0);
+  commitOne("kept", 2, ipc::PayloadKind::kDeferred,
+            std::string(ipc::kDeferredHeaderBytes + 8, '\0'));
+  EXPECT_FALSE(drainAll(*d));
+  EXPECT_EQ(d->error(),
+            "record 2: a tensor of kept is kept on the client's device, but the job has no "
+            "flight recorder");
+}
+
+TEST_F(RingDrainTest, ADeviceKeptTensorInAnIterationTheJobDumpsEndsTheSession) {
+  // The job dumps iteration 0 (recorderConfig selects only 100000, so: a selection of 0).
+  std::string config = jobConfig("statistic", "0");
+  config.pop_back();
+  auto d = make(config + R"(, "flight_recorder": {"steps": 2}})");
+  ring_.step(0, 0);
+  commitOne("kept", 2, ipc::PayloadKind::kDeferred,
+            std::string(ipc::kDeferredHeaderBytes + 8, '\0'));
+  EXPECT_FALSE(drainAll(*d));
+  EXPECT_EQ(d->error(),
+            "record 2: a tensor of kept is kept on the client's device, but iteration 0 is "
+            "dumped, not recorded");
+}
+
+}  // namespace
+}  // namespace dumpd::daemon::testing
