@@ -45,6 +45,8 @@ void expectDefaults(const DaemonSettings& s) {
   EXPECT_EQ(s.max_open_directories, 64u);
   EXPECT_EQ(s.max_links_per_file, 1000u);
   EXPECT_EQ(s.shutdown_timeout_ms, 30000u);
+  EXPECT_EQ(s.recorder_memory_bytes, 1ull << 30);
+  EXPECT_EQ(s.journal_bytes, 16ull << 20);
 }
 
 TEST(DaemonSettingsTest, EmptyObjectKeepsDefaults) {
@@ -83,10 +85,12 @@ TEST(DaemonSettingsTest, ShippedExampleHasEveryKeyAtItsDefault) {
                           "max_open_directories",
                           "max_links_per_file",
                           "shutdown_timeout_ms",
-                          "recorder_fetch_timeout_ms"}) {
+                          "recorder_fetch_timeout_ms",
+                          "recorder_memory_bytes",
+                          "journal_bytes"}) {
     EXPECT_TRUE(keys.contains(key)) << key;
   }
-  EXPECT_EQ(keys.size(), 24u);
+  EXPECT_EQ(keys.size(), 26u);
 }
 
 TEST(DaemonSettingsTest, EveryKeyIsRead) {
@@ -99,7 +103,8 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
     "worker_priority": "normal", "max_sessions_per_uid": 3, "max_connections": 9,
     "max_connections_per_uid": 5, "handshake_timeout_ms": 700, "max_pending_frame_bytes": 1234,
     "max_open_directories": 11, "max_links_per_file": 7, "shutdown_timeout_ms": 4000,
-    "recorder_fetch_timeout_ms": 1500})");
+    "recorder_fetch_timeout_ms": 1500, "recorder_memory_bytes": 2097152,
+    "journal_bytes": 8192})");
   ASSERT_TRUE(s) << errorOf(s);
   EXPECT_EQ(s->socket_path, "/run/x/d.sock");
   EXPECT_EQ(s->socket_mode, 0600u);
@@ -123,6 +128,8 @@ TEST(DaemonSettingsTest, EveryKeyIsRead) {
   EXPECT_EQ(s->max_pending_frame_bytes, 1234u);
   EXPECT_EQ(s->max_open_directories, 11u);
   EXPECT_EQ(s->max_links_per_file, 7u);
+  EXPECT_EQ(s->recorder_memory_bytes, 2097152u);
+  EXPECT_EQ(s->journal_bytes, 8192u);
   EXPECT_EQ(s->shutdown_timeout_ms, 4000u);
   EXPECT_EQ(s->recorder_fetch_timeout_ms, 1500u);
 }
@@ -283,4 +290,15 @@ TEST(DaemonSettingsTest, WorkerPriorityIsIdleOrNormal) {
 }
 
 }  // namespace
+TEST(DaemonSettingsTest, RecorderMemoryAndJournalBytesHaveAFloor) {
+  auto small = parseDaemonSettings(R"({"recorder_memory_bytes": 1000})");
+  ASSERT_FALSE(small);
+  EXPECT_NE(errorOf(small).find("'recorder_memory_bytes' should be an integer of at least 1048576"),
+            std::string::npos)
+      << errorOf(small);
+  auto journal = parseDaemonSettings(R"({"journal_bytes": 0})");
+  ASSERT_FALSE(journal);
+  EXPECT_NE(errorOf(journal).find("'journal_bytes'"), std::string::npos);
+}
+
 }  // namespace dumpd::daemon
