@@ -181,33 +181,40 @@ struct Client::Impl {
     return makeError(ErrorCode::kUnavailable, closed ? "client is closed" : fatal);
   }
 
-  // Reads any frame the daemon sent unasked (an Error ending the session). Non-blocking.
+  // Reads every frame the daemon sent unasked (an Error ending the session, a selection
+  // update). Non-blocking. Reads until the socket is empty (a bounded number of times): the
+  // daemon enforces an update from the second step mark after it sent it, so a frame larger
+  // than one read must not wait for the next step.
   void pollDaemon() {
-    pollfd p{sock.get(), POLLIN, 0};
-    if (::poll(&p, 1, 0) <= 0) return;
-    std::vector<UniqueFd> fds;
-    const ssize_t n = ipc::recvWithFds(sock.get(), decoder, fds);
-    if (n == 0) {
-      fatal = "dumpd closed the session";
-      return;
-    }
-    for (;;) {
-      auto env = decoder.next();
-      if (!env) {
-        fatal = env.error().message;
+    for (int reads = 0; reads < kMaxPollReads; ++reads) {
+      pollfd p{sock.get(), POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) return;
+      std::vector<UniqueFd> fds;
+      const ssize_t n = ipc::recvWithFds(sock.get(), decoder, fds);
+      if (n == 0) {
+        fatal = "dumpd closed the session";
         return;
       }
-      if (!env.value()) return;
-      if (env.value()->has_error()) {
-        fatal = "dumpd ended the session: " + env.value()->error().message();
-        return;
-      }
-      if (env.value()->has_selection_update()) {
-        // dumpctl control: applied at the next step mark (applySelection).
-        pending_selection = env.value()->selection_update();
+      if (n < 0) return;  // EAGAIN or EINTR: looked at again at the next step mark
+      for (;;) {
+        auto env = decoder.next();
+        if (!env) {
+          fatal = env.error().message;
+          return;
+        }
+        if (!env.value()) break;
+        if (env.value()->has_error()) {
+          fatal = "dumpd ended the session: " + env.value()->error().message();
+          return;
+        }
+        if (env.value()->has_selection_update()) {
+          // dumpctl control: applied at the next step mark (applySelection).
+          pending_selection = env.value()->selection_update();
+        }
       }
     }
   }
+  static constexpr int kMaxPollReads = 16;  // of 64 KiB: an update is at most ~64 KiB
 
   // The daemon marked the ring closing (SIGTERM or it ended the session): every record
   // committed before is written; nothing new can start.
