@@ -132,12 +132,14 @@ void RingDrain::takeSelection(uint64_t named, uint32_t from_iteration) {
   }
   // The client reads its socket at every step mark: by the second one written after dumpd
   // sent a change, it has it. Enforced from here whatever it says.
-  Selection bound = selection_->boundBefore(previous_mark_end_);
-  if (bound.generation > applied_generation_) {
-    warnings_.warn("the client did not apply selection " + std::to_string(bound.generation) +
-                   " by its second step after dumpd sent it; dumpd enforces it from iteration " +
-                   std::to_string(from_iteration));
-    applySelection(bound, from_iteration, "enforced by dumpd");
+  const uint64_t bound = selection_->boundBefore(previous_mark_end_);
+  if (bound > applied_generation_) {
+    if (std::optional<Selection> s = selection_->find(bound)) {
+      warnings_.warn("the client did not apply selection " + std::to_string(bound) +
+                     " by its second step after dumpd sent it; dumpd enforces it from iteration " +
+                     std::to_string(from_iteration));
+      applySelection(*s, from_iteration, "enforced by dumpd");
+    }
   }
 }
 

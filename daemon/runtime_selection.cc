@@ -108,12 +108,12 @@ std::optional<Selection> RuntimeSelection::find(uint64_t generation) const {
   return std::nullopt;
 }
 
-Selection RuntimeSelection::boundBefore(uint64_t ring_position) const {
+uint64_t RuntimeSelection::boundBefore(uint64_t ring_position) const {
   MutexLock lock(&mu_);
   for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
-    if (it->generation == 0 || it->sent_at < ring_position) return *it;
+    if (it->generation == 0 || it->sent_at < ring_position) return it->generation;
   }
-  return recent_.front();
+  return 0;
 }
 
 Selection RuntimeSelection::current() const {

@@ -56,8 +56,8 @@ class RuntimeSelection {
   // The selection of a generation a client applied (the last kMaxKept are kept).
   std::optional<Selection> find(uint64_t generation) const;
   // The newest generation sent before the ring reached `ring_position` (the client must have
-  // applied it by a step mark after that position).
-  Selection boundBefore(uint64_t ring_position) const;
+  // applied it by a step mark after that position). Cheap: called at every step mark.
+  uint64_t boundBefore(uint64_t ring_position) const;
   Selection current() const;
   bool changed() const;
   // Journal lines not yet written (the session thread appends them).

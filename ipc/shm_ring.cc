@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -439,7 +440,9 @@ bool RingConsumer::producerBusy() const {
 }
 
 uint64_t RingConsumer::committedPosition() const {
-  return control()->head.load(std::memory_order_acquire);
+  // The client writes head: never past what the ring can hold beyond what was released.
+  const uint64_t released = released_.load(std::memory_order_acquire);
+  return std::min(control()->head.load(std::memory_order_acquire), released + capacity_);
 }
 
 uint64_t RingConsumer::usedBytes() const {

@@ -186,7 +186,8 @@ class RingConsumer {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t usedBytes() const;  // committed and not yet released
-  // Ring position of the end of the last record committed (the producer's head). Any thread.
+  // Ring position of the end of the last record committed (the producer's head, which the
+  // client writes: capped at one ring beyond what was released). Any thread.
   uint64_t committedPosition() const;
   // Bytes of records next() has returned that are not released yet (the consumer's thread).
   uint64_t readNotReleased() const { return read_ - released_.load(std::memory_order_acquire); }

@@ -53,7 +53,7 @@ Result<bool> PayloadGate::admitJournal(uint64_t bytes) {
   }
   Result<bool> space = admitFreeSpace(bytes);
   if (!space || !space.value()) {
-    total.fetch_sub(bytes, std::memory_order_relaxed);
+    if (journal_bytes_ != 0) total.fetch_sub(bytes, std::memory_order_relaxed);
     if (space) {
       MutexLock lock(&mu_);
       journal_refusal_ = "free space below min_free_bytes (" + std::to_string(min_free_bytes_) +

@@ -38,7 +38,8 @@ class PayloadGate {
   Result<bool> admit(uint64_t bytes);
   // Admission of a journal line of `bytes` (control.jsonl, triggers.jsonl): within the job's
   // journal allowance and above the free-space floor. False: refused (journalRefusal() says
-  // why); payloads are not stopped by a refused line.
+  // why). A line refused for the allowance leaves payloads alone; free space below the floor
+  // stops them, as it would at their own next admission.
   Result<bool> admitJournal(uint64_t bytes);
   std::string journalRefusal() const;
   // After an admitted payload: it took `actual` of the `reserved` bytes (0 when it failed).

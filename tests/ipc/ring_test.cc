@@ -169,6 +169,17 @@ TEST(Ring, HeadBeyondCapacityIsAnError) {
   EXPECT_NE(rec.error().message.find("outside the valid window"), std::string::npos);
 }
 
+TEST(Ring, TheCommittedPositionIsCappedAtOneRingBeyondWhatWasReleased) {
+  Pair r = makePair(kMinRingBytes);
+  ASSERT_NE(r.producer.tryReserve(RecordKind::kOp, 16), nullptr);
+  r.producer.commit();
+  const uint64_t head = r.producer.control()->head.load();
+  EXPECT_EQ(r.consumer.committedPosition(), head);
+  // A forged head (runtime control takes this as where the client stood).
+  r.producer.control()->head.store(uint64_t{1} << 62);
+  EXPECT_EQ(r.consumer.committedPosition(), r.consumer.capacity());
+}
+
 TEST(Ring, SequenceGapIsAnError) {
   Pair r = makePair(kMinRingBytes);
   std::byte* body = r.producer.tryReserve(RecordKind::kOp, 16);
