@@ -182,7 +182,7 @@ bool DumpSession::setUp() {
         if (auto s = weak.lock()) s->onRecordsDone();
       });
   drain_->setRuntimeSelection(selection_);
-  drain_->setRecorderMemory(ctx_.recorder_memory);
+  if (ctx_.recorder_memory) drain_->setRecorderMemory(ctx_.recorder_memory->forUid(peer_.uid));
   drain_->setDeviceStaging(hello_.device_staging_bytes());
   drain_->setFetchTimeout(std::chrono::milliseconds(ctx_.settings.recorder_fetch_timeout_ms));
   // Session thread (a fetch of tensors kept on the client's device waits on this).

@@ -29,6 +29,7 @@
 #include "base/snapshot.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/job_accounts.h"
+#include "daemon/recorder_budgets.h"
 #include "daemon/ring_drain.h"
 #include "daemon/runtime_selection.h"
 #include "daemon/session_env.h"
@@ -60,8 +61,8 @@ struct SessionContext {
   DaemonSettings settings;  // a copy: SIGHUP changes apply to new sessions
   SessionEnv env;           // clock, dump roots, rings
   // Shared by every session of the daemon (null: each session has its own).
-  std::shared_ptr<JobAccounts> accounts;        // job_quota_bytes and journal_bytes
-  std::shared_ptr<ByteBudget> recorder_memory;  // recorder_memory_bytes
+  std::shared_ptr<JobAccounts> accounts;             // job_quota_bytes and journal_bytes
+  std::shared_ptr<RecorderBudgets> recorder_memory;  // recorder_memory_bytes, per uid
 };
 
 class DumpSession : public std::enable_shared_from_this<DumpSession> {

@@ -7,8 +7,9 @@
 // `steps`; a record that would pass `max_bytes` discards the oldest iterations first; when the
 // current iteration alone does not fit, its record is handed back at once and the iteration
 // counts as not kept whole. Each record also costs daemon memory (its decoded descriptor),
-// charged to a budget shared by every session (recorder_memory_bytes): a record the budget
-// refuses discards this session's own oldest iterations first, then is handed back.
+// charged to a budget shared with other sessions (its uid's share of recorder_memory_bytes): a
+// record the budget refuses discards this session's own oldest iterations first, then is
+// handed back.
 //
 // Thread-safety: none; the session thread owns it (the shared budget is lock-free).
 #pragma once

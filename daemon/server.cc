@@ -50,7 +50,7 @@ Server::Server(asio::io_context& io, DaemonSettings settings, std::string socket
             applyWorkerPriority(idle);
           },
           std::max<uint64_t>(settings_.write_queue_bytes / 4, 1))),
-      recorder_memory_(std::make_shared<ByteBudget>(settings_.recorder_memory_bytes)),
+      recorder_memory_(std::make_shared<RecorderBudgets>(settings_.recorder_memory_bytes)),
       started_(env_.clock->now()),
       give_up_timer_(env_.clock->makeTimer(io)),
       accept_retry_timer_(env_.clock->makeTimer(io)) {}

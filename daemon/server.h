@@ -95,7 +95,7 @@ class Server {
   std::unique_ptr<storage::WriterPool> pool_;
   ClaimRegistry claims_;
   const std::shared_ptr<JobAccounts> accounts_ = std::make_shared<JobAccounts>();
-  const std::shared_ptr<ByteBudget> recorder_memory_;
+  const std::shared_ptr<RecorderBudgets> recorder_memory_;
   struct Entry {
     std::shared_ptr<Connection> connection;
     bool counted;  // admitted (refused connections are not counted against the limits)

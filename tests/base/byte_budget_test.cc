@@ -51,5 +51,19 @@ TEST(ByteBudget, ConcurrentChargesNeverPassTheLimit) {
   EXPECT_GT(b.used(), 1000u - 7);
 }
 
+TEST(ByteBudget, AChargeMustFitTheParentToo) {
+  auto total = std::make_shared<ByteBudget>(100);
+  ByteBudget alice(60, total), bob(60, total);
+  EXPECT_TRUE(alice.tryCharge(60));
+  EXPECT_FALSE(alice.tryCharge(1));  // her share
+  EXPECT_FALSE(bob.tryCharge(41));   // the total
+  EXPECT_EQ(bob.used(), 0u);         // refused by the parent: nothing charged
+  EXPECT_TRUE(bob.tryCharge(40));
+  EXPECT_EQ(total->used(), 100u);
+  alice.release(60);
+  EXPECT_EQ(total->used(), 40u);
+  EXPECT_TRUE(bob.tryCharge(20));
+}
+
 }  // namespace
 }  // namespace dumpd

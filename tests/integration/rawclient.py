@@ -865,7 +865,16 @@ def agent_script(a):
     except SessionRefused as e:
         emit(event="refused", code=e.code, message=e.message)
     except (RingClosing, BrokenPipeError, ConnectionResetError) as e:
-        emit(event="refused", code="closed", message=f"dumpd closed the session ({e!r})")
+        # dumpd ended the session before this client sent its last frame: its Error, if any,
+        # is still there to read.
+        try:
+            errors = [env.error for env in s.conn.recv_until_eof(5.0) if env.HasField("error")]
+        except (OSError, TimeoutError):
+            errors = []
+        if errors:
+            emit(event="refused", code=error_code_name(errors[0].code), message=errors[0].message)
+        else:
+            emit(event="refused", code="closed", message=f"dumpd closed the session ({e!r})")
     stop.wait()
     s.close()
     return 0

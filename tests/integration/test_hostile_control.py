@@ -11,7 +11,6 @@ never reads its socket while it runs.
 
 import json
 import math
-import os
 import re
 import subprocess
 import time
@@ -150,7 +149,9 @@ def test_control_updates_do_not_queue_without_bound(harness, workdir):
                       "the updates")["generations"]
     print(f"the client found {len(gens)} SelectionUpdates: {gens}")
     assert gens and gens[-1] == sends + 1, gens
-    assert gens == sorted(set(gens)) and len(gens) <= 16, gens
+    # What the socket's buffer held, the frame being written, and the one that waited.
+    wmem = int(open("/proc/sys/net/core/wmem_default").read())
+    assert gens == sorted(set(gens)) and len(gens) <= max(16, 2 * wmem // 60000 + 4), gens
     flushed(agent)
     h.finish()
 
@@ -160,14 +161,14 @@ def test_control_updates_do_not_queue_without_bound(harness, workdir):
 
 def test_journals_obey_journal_bytes(harness, workdir):
     """journal_bytes (64 KiB here) caps what one job appends to .dump_metadata/control.jsonl
-    and triggers.jsonl: of 100 changes with 40 KB iteration lists, lines past it are not
+    and triggers.jsonl: of 100 changes with 32 KB iteration lists, lines past it are not
     written, and status counts them (journal_lines_refused). Long lists are summarised: the
     first ranges (at most 256 bytes, ending in "|..."), iteration_ranges, iteration_bytes. The
     allowance is the job's: the same client reconnecting into the same root, rank and net
     gets none back.
 
     The old daemon refuses to start with a journal_bytes setting (unknown key); it also wrote
-    every list whole (8 MB of control.jsonl here).
+    every list whole (6 MB of control.jsonl here, without the setting).
     """
     limit = 64 << 10
     h = harness(settings={"journal_bytes": limit})
