@@ -93,7 +93,11 @@ TEST(DeviceDeferred, NothingCrossesUntilAFetchAndAFetchCopiesWhatItCovers) {
   EXPECT_EQ(waitForState(recs[3]), ipc::kDeferredFilled);
   EXPECT_TRUE(holdsValues(recs[2], 2)) << "the bytes at dump time, not the overwritten buffer";
   EXPECT_TRUE(holdsValues(recs[3], 3));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // No fixed wait: the fetch marks every record it copies in one pass under the pipeline's
+  // lock, which counters() takes, so once 2 and 3 are filled the count is final, and drain()
+  // returns only when no copy is left in flight.
+  EXPECT_EQ(p.counters().deferred_filled, 2u);
+  ASSERT_TRUE(p.drain(20000));
   for (uint64_t r : {0, 1, 4, 5}) {
     EXPECT_EQ(stateOf(recs[r]), ipc::kDeferredOnDevice) << r;
     EXPECT_FALSE(holdsValues(recs[r], r)) << r;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tests/daemon/ring_drain_fixture.h"
 
@@ -91,10 +92,10 @@ TEST_F(RingDrainTest, ADeferredTensorWhoseSizeDoesNotMatchItsShapeIsRefused) {
             "not match its shape and dtype");
 }
 
-// An op "mixed" of iteration 0: output 0 kept on the device (2 float32, on the device until
+// An op "mixed" of `iteration` (0): output 0 kept on the device (2 float32, on the device until
 // the test says otherwise), output 1 a host float32 flagged as a dump-once source. Committed;
 // returns the address of output 0's state word in the ring.
-uint64_t* commitMixed(TestProducer& ring) {
+uint64_t* commitMixed(TestProducer& ring, uint32_t iteration = 0) {
   const std::vector<int64_t> two{2}, one{1};
   ipc::TensorSpec t[2];
   t[0].dtype = t[1].dtype = static_cast<uint8_t>(DType::kFloat32);
@@ -108,6 +109,7 @@ uint64_t* commitMixed(TestProducer& ring) {
   ipc::OpSpec op;
   op.op_type = "Add";
   op.op_name = "mixed";
+  op.iteration = iteration;
   op.tensors = std::span(t, 2);
   std::byte* body = ring.ring().tryReserve(ipc::RecordKind::kOp, ipc::opBodyBytes(op));
   EXPECT_NE(body, nullptr);
@@ -154,6 +156,51 @@ TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver
   EXPECT_EQ(d->doneSequence(), 3u);
   alive = false;
   d->finish();
+}
+
+// After a fetch the client answered late, the next trigger asks it again (and waits): its
+// device-kept tensors are written, not given up as if it were still not answering.
+TEST_F(RingDrainTest, AfterALateAnswerTheNextTriggerAsksTheClientAgain) {
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0, "max_triggers": 0})"));
+  bool alive = true;
+  d->setProducerAlive([&] { return alive; });
+  d->setFetchTimeout(std::chrono::milliseconds(50));
+  ring_.step(0, 0);
+  uint64_t* first = commitMixed(ring_);
+  ASSERT_TRUE(drainAll(*d));
+  d->triggerManually("unanswered");
+  std::atomic_ref<uint64_t>(*first).store(ipc::kDeferredLost, std::memory_order_release);
+  d->releaseAnswered();  // the late answer
+
+  ring_.step(0, 1);
+  uint64_t* second = commitMixed(ring_, 1);
+  ASSERT_TRUE(drainAll(*d));
+  d->setFetchTimeout(std::chrono::milliseconds(20000));
+  // The client: fills the second record once the daemon asks for it again.
+  std::atomic<uint32_t>& asked = ring_.ring().control()->fetch_generation;
+  const uint32_t before = asked.load();
+  std::thread client([&] {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (asked.load() == before && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (asked.load() == before) return;  // never asked: the trigger gives up on its own
+    const float values[2] = {1, 2};
+    auto* header = reinterpret_cast<std::byte*>(second) - offsetof(ipc::DeferredPayload, state);
+    std::memcpy(header + ipc::kDeferredHeaderBytes, values, sizeof values);
+    std::atomic_ref<uint64_t>(*second).store(ipc::kDeferredFilled, std::memory_order_release);
+    ring_.ring().wakeConsumer();
+  });
+  d->triggerManually("answered");
+  client.join();
+  EXPECT_NE(asked.load(), before) << "the second trigger did not ask the client";
+  alive = false;
+  d->finish();
+  // Both tensors of the second "mixed" are written, its device-kept one from the filled bytes.
+  EXPECT_EQ(d->counters().tensors_written.load(), 2u) << lastWarning(*d);
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_FALSE(lines[1].contains("device_tensors_lost")) << lines[1];
 }
 
 // Op "source" (record 2 after a step mark): one float32[2] kept on the device, {1, 2} once

@@ -15,11 +15,17 @@ namespace {
 
 class RingDrainSelectionTest : public RingDrainTest {
  protected:
-  std::shared_ptr<RingDrain> makeWithSelection() {
-    auto d = make(jobConfig("full", "all"));
+  // `recorder`: a flight_recorder section (the job then records what it does not dump).
+  std::shared_ptr<RingDrain> makeWithSelection(const std::string& recorder = "") {
+    std::string config = jobConfig("full", "all");
+    if (!recorder.empty()) {
+      config.pop_back();
+      config += ", \"flight_recorder\": " + recorder + "}";
+    }
+    auto d = make(config);
     Selection initial;
     initial.iteration = "all";
-    selection_ = std::make_shared<RuntimeSelection>(initial, /*has_recorder=*/false);
+    selection_ = std::make_shared<RuntimeSelection>(initial, !recorder.empty());
     d->setRuntimeSelection(selection_);
     return d;
   }
@@ -97,6 +103,43 @@ TEST_F(RingDrainSelectionTest, AnAcknowledgementOfAnOlderGenerationDoesNotUnpaus
   d->finish();
   EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0"}));
   EXPECT_NE(lastWarning(*d).find("older than 1 in force"), std::string::npos) << lastWarning(*d);
+}
+
+// With a flight recorder the client sends every step (to be kept), so only the daemon's own
+// check keeps a paused step from being written: paused steps are kept, not dumped.
+TEST_F(RingDrainSelectionTest, PausedStepsOfAJobWithARecorderAreKeptNotWritten) {
+  auto d = makeWithSelection(R"({"steps": 8, "triggers": ["manual"]})");
+  step(0, 0);
+  step(1, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  step(2, 1);
+  step(3, 1);
+  step(4, 1);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d, false);
+  step(5, 2);
+  ASSERT_TRUE(drainAll(*d));
+  EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0", "1", "5"}));
+  EXPECT_EQ(recorderStatus(*d).kept_iterations(), 3u);
+  d->finish();
+}
+
+// A change that does not mention the pause keeps it (the generation lookup finds each one).
+TEST_F(RingDrainSelectionTest, ANewIterationListKeepsThePause) {
+  auto d = makeWithSelection();
+  step(0, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  step(1, 1);
+  v1::ControlChange c;
+  c.set_iteration("0-100");
+  ASSERT_TRUE(selection_->change(c, 0, 0, d->ring().committedPosition()));
+  step(2, 2);
+  step(3, 2);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0"}));
 }
 
 TEST_F(RingDrainTest, ADeviceKeptTensorInAJobWithoutARecorderEndsTheSession) {
