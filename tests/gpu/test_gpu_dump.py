@@ -13,6 +13,8 @@ import dumpd.torch  # noqa: E402
 
 from conftest import dump_files, make_config  # noqa: E402  (tests/gpu/conftest.py)
 
+pytestmark = pytest.mark.conditional  # needs a CUDA GPU: conftest.py skips every test otherwise
+
 DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int8, torch.int32,
           torch.int64, torch.bool]
 

@@ -15,6 +15,8 @@ import dumpd.torch  # noqa: E402
 
 from conftest import dump_files, make_config  # noqa: E402  (tests/gpu/conftest.py)
 
+pytestmark = pytest.mark.conditional  # needs a CUDA GPU: conftest.py skips every test otherwise
+
 NOTHING = "100000"  # an iteration no test reaches: every step is only recorded
 
 

@@ -291,6 +291,7 @@ def lz4_tree(src, dst):
         subprocess.run(["lz4", "-q", "-f", str(f), str(target) + ".lz4"], check=True)
 
 
+@pytest.mark.conditional
 @pytest.mark.skipif(shutil.which("lz4") is None, reason="the lz4 tool is not installed")
 def test_npy_lz4_files(tmp_path):
     x, y = random_ops(10, count=2)

@@ -99,6 +99,7 @@ def chromium(workdir, *args):
     return subprocess.run(cmd, capture_output=True, timeout=180, cwd=workdir)
 
 
+@pytest.mark.conditional  # needs chromium
 def test_the_report_renders_in_chromium_and_names_the_diverging_op(workdir):
     if not CHROMIUM:
         pytest.skip("chromium is not installed (apt-get install chromium)")

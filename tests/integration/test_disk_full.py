@@ -10,6 +10,8 @@ import pytest
 
 from conftest import Daemon, npy_files, run_producer, wait_for, write_config
 
+pytestmark = pytest.mark.conditional  # needs root to mount its tiny tmpfs
+
 
 @pytest.fixture
 def tiny(workdir):

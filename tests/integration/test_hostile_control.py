@@ -15,10 +15,14 @@ import re
 import subprocess
 import time
 
+import pytest
+
 from conftest import DUMPCTL, wait_for
 from hostile_harness import (DEADLINE_S, UID_A, Sampler, harness,  # noqa: F401
                              job_config, make_dir, write_job)
 import rawclient as rc
+
+pytestmark = pytest.mark.conditional  # needs root: hostile_harness skips the file otherwise
 
 MAX_ITERATION_BYTES = 65536  # RuntimeSelection::kMaxIterationBytes
 MAX_ITERATION_RANGES = 4096  # RuntimeSelection::kMaxIterationRanges

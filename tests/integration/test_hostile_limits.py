@@ -16,6 +16,8 @@ from hostile_harness import (DEADLINE_S, UID_A, UID_B, Sampler, fd_count,  # noq
                              harness, job_config, make_dir, rss_bytes, values, write_job)
 import rawclient as rc
 
+pytestmark = pytest.mark.conditional  # needs root: hostile_harness skips the file otherwise
+
 
 def test_5000_iterations_without_step_marks_keep_open_fds_bounded(harness, workdir):
     h = harness()

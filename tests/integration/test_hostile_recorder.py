@@ -21,6 +21,8 @@ from conftest import DUMPCTL, wait_for
 from hostile_harness import (DEADLINE_S, UID_A, UID_B, Sampler, harness,  # noqa: F401
                              job_config, make_dir, write_job)
 
+pytestmark = pytest.mark.conditional  # needs root: hostile_harness skips the file otherwise
+
 MiB = 1 << 20
 NOT_SELECTED = "999999"  # an iteration selection none of the hostile records is in
 

@@ -11,6 +11,8 @@ from conftest import wait_for
 from hostile_harness import (DEADLINE_S, Committer, harness, job_config,  # noqa: F401
                              make_dir, write_job)
 
+pytestmark = pytest.mark.conditional  # needs root: hostile_harness skips the file otherwise
+
 
 def tightloop(h, workdir, *extra):
     """A dumpd.Client dumping as fast as it can. Its ring is the smallest (64 KiB): the client

@@ -297,6 +297,7 @@ def _thread_in_poll(native_id: int) -> bool:
     return fields[0] == "202" and int(fields[2], 16) == 0
 
 
+@pytest.mark.conditional
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="reads x86-64 syscall numbers")
 def test_blocked_dump_releases_the_gil(config: Path, tmp_path: Path) -> None:
     d = start_daemon()

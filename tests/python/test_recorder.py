@@ -348,6 +348,7 @@ def dumpctl(sock: str, *args: str, uid: int = 0) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.conditional
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs dumpctl as another uid (needs root)")
 def test_dumpctl_trigger_only_for_the_owner_or_root(tmp_path: Path) -> None:
     from conftest import start_daemon, stop_daemon

@@ -164,6 +164,7 @@ def test_usage_errors() -> None:
     assert out.returncode == 2 and "--recorder needs on or off" in out.stderr
 
 
+@pytest.mark.conditional
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs dumpctl as another uid (needs root)")
 def test_only_the_owner_or_root_may_control(tmp_path: Path) -> None:
     d = start_daemon({"socket_mode": "0666"})
@@ -188,6 +189,7 @@ def test_only_the_owner_or_root_may_control(tmp_path: Path) -> None:
         stop_daemon(d)
 
 
+@pytest.mark.conditional
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs dumpctl as another uid (needs root)")
 def test_refusals_of_another_uid_cannot_flood_the_log(tmp_path: Path) -> None:
     """Any local user may send commands as fast as they like: each is refused, but the

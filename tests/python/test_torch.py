@@ -351,6 +351,7 @@ def test_attach_checks_its_arguments(daemon: Daemon, config: Path) -> None:
             dumpd.torch.attach(nn.Linear(1, 1), object())
 
 
+@pytest.mark.conditional
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_tensors_are_copied_to_host(daemon: Daemon, tmp_path: Path) -> None:
     config = make_config(tmp_path)

@@ -201,6 +201,7 @@ def test_worker_threads_run_at_the_configured_priority(workdir, priority):
         assert d.stop() == 0
 
 
+@pytest.mark.conditional  # needs a private read-only mount
 def test_daemon_writes_through_the_clients_fd_where_its_namespace_is_read_only(workdir):
     """What ProtectSystem=strict relies on: dumpd sees the dump root read-only in its own
     mount namespace, yet writes beneath the directory fd the client passed, which carries
