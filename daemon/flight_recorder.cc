@@ -23,7 +23,12 @@ std::string rangesText(const std::vector<uint32_t>& v) {
     size_t j = i;
     while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
     std::string part = std::to_string(v[i]);
-    if (j > i) part += "-" + std::to_string(v[j]);
+    if (j > i) {
+      // Appended in two steps: GCC 12 warns (-Wrestrict, a false positive) on
+      // `"-" + std::to_string(...)` when inlined at -O2.
+      part += '-';
+      part += std::to_string(v[j]);
+    }
     if (out.size() + part.size() + 1 > kMaxRangesText) return out + "|...";
     if (!out.empty()) out += "|";
     out += part;

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -128,6 +128,23 @@ def pip_venv(workdir: Path, env: Dict[str, str]) -> str:
     run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
          "--no-cache-dir", "-q", REPO / "client" / "python"], env=env, cwd=workdir)
     return py
+
+
+def tree_snapshot(root: Path) -> Dict[str, Tuple[int, int]]:
+    """Every file and directory under `root`: relative path -> (size, mtime in ns)."""
+    snap = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        snap[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return snap
+
+
+def snapshot_changes(before: Dict[str, Tuple[int, int]],
+                     after: Dict[str, Tuple[int, int]]) -> str:
+    added = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    return f"source tree changed: added {added[:20]}, removed {removed[:20]}, changed {changed[:20]}"
 
 
 def exported_symbols(lib: Path) -> List[str]:
