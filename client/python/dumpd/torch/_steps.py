@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
 import dumpd
 from dumpd.torch._session import _check_errors, _warn
@@ -69,6 +69,16 @@ class _PendingLosses:
             wait_oldest = False
         return out
 
+    def drain(self) -> list[float]:
+        """Every pending loss, waiting for the copies still under way (for the end of a
+        loop, after its last step: no step is waiting then)."""
+        out: list[float] = []
+        for host, event in self.items:
+            event.synchronize()
+            out.append(float(host))
+        self.items.clear()
+        return out
+
 
 # Per client, and gone with it: a new client never inherits another's losses (an id() key
 # could be reused by a later client).
@@ -89,6 +99,16 @@ def _report_loss(client: dumpd.Client, loss: Any) -> None:
         values = [float(loss.detach().reshape(()))]  # a CPU tensor: no device to wait for
     for v in pending.ready(wait_oldest=True) + values:
         client.report_loss(v)
+
+
+def _report_pending_losses(client: dumpd.Client) -> int:
+    """Reports the CUDA losses still on their way, waiting for their copies; returns how
+    many it reported."""
+    pending = _pending.get(client)
+    values = pending.drain() if pending is not None else []
+    for v in values:
+        client.report_loss(v)
+    return len(values)
 
 
 def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool = False,
@@ -114,15 +134,40 @@ def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool
 
 
 def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph_id: int = 0,
-          flush: bool = False, errors: str = "raise") -> Iterator[_T]:
+          flush: bool = False, errors: str = "raise",
+          loss: Optional[Callable[[], Any]] = None) -> Iterator[_T]:
     """Yields the items of `iterable`, marking iteration start, start+1, ... before each.
 
     ``for batch in dumpd.torch.steps(client, loader): ...`` dumps batch k's step as
     iteration k (so ``for i in steps(client, range(n))`` has i == iteration). With
     flush=True, each step is flushed before the next item is taken. errors="warn" turns a
     DaemonError (session gone) into a RuntimeWarning and stops marking steps.
+
+    loss: a callable taking no arguments, called after each step's body (before the step is
+    flushed and the next one marked, and once after the last item when the loop runs to its
+    end). It returns the loss of the step that just ran, as step(loss=) takes it (a float or
+    a one-element tensor; a CUDA tensor is reported without synchronising the step), or None
+    for no loss. The losses feed the flight recorder's "loss_spike" trigger::
+
+        last = None
+        for batch in dumpd.torch.steps(client, loader, loss=lambda: last):
+            last = loss_fn(model(batch.x), batch.y)
+            ...
+
+    When the loop runs to its end, CUDA losses still on their way are waited for and
+    reported (one wait, after the last step). A loop left early (break, an exception)
+    reports nothing more.
     """
     _check_errors(errors)
+    if loss is not None and not callable(loss):
+        raise TypeError("steps(loss=) takes a callable returning the loss of the step that "
+                        f"just ran, not {type(loss).__name__}; to pass a value, use "
+                        "dumpd.torch.step(client, i, loss=value) or report_loss")
+    return _steps(client, iterable, start, graph_id, flush, errors, loss)
+
+
+def _steps(client: dumpd.Client, iterable: Iterable[_T], start: int, graph_id: int,
+           flush: bool, errors: str, loss: Optional[Callable[[], Any]]) -> Iterator[_T]:
     failed = False
     for iteration, item in enumerate(iterable, start):
         if not failed:
@@ -134,6 +179,18 @@ def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph
                 failed = True
                 _warn(e, "cannot mark steps any more")
         yield item
+        if loss is not None and not failed:
+            # Before the flush and the next mark: a spike fires in the step it belongs to,
+            # and the flush covers what it writes.
+            value = loss()
+            if value is not None:
+                try:
+                    _report_loss(client, value)
+                except dumpd.DaemonError as e:
+                    if errors == "raise":
+                        raise
+                    failed = True
+                    _warn(e, "cannot report the loss")
         if flush and not failed:
             try:
                 client.flush()
@@ -142,4 +199,11 @@ def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph
                     raise
                 failed = True
                 _warn(e, "flush failed")
-
+    if loss is not None and not failed:
+        try:
+            if _report_pending_losses(client) and flush:
+                client.flush()  # what a spike among them wrote, as for any step
+        except dumpd.DaemonError as e:
+            if errors == "raise":
+                raise
+            _warn(e, "cannot report the loss")
