@@ -72,6 +72,19 @@ std::string TriggerEvent::toJsonLine(uint64_t time_us, uint32_t rank) const {
     j["iterations_written_count"] = written.size();
     j["iterations_written_ranges"] = rangesText(written);
   }
+  nlohmann::json missed = nlohmann::json::array();
+  for (size_t i = 0; i < not_written.size() && i < kMaxListed; ++i) {
+    const NotWritten& n = not_written[i];
+    missed.push_back({{"first", n.first}, {"last", n.last}, {"why", n.why}});
+  }
+  j["iterations_not_written"] = std::move(missed);
+  if (not_written.size() > kMaxListed) j["iterations_not_written_count"] = not_written.size();
+  nlohmann::json partial = nlohmann::json::array();
+  for (size_t i = 0; i < not_whole.size() && i < kMaxListed; ++i) {
+    partial.push_back({{"iteration", not_whole[i].iteration}, {"why", not_whole[i].why}});
+  }
+  j["iterations_not_whole"] = std::move(partial);
+  if (not_whole.size() > kMaxListed) j["iterations_not_whole_count"] = not_whole.size();
   if (device_tensors_lost != 0) j["device_tensors_lost"] = device_tensors_lost;
   // Names and reasons come from the client: invalid UTF-8 is replaced, never refused.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -82,6 +95,27 @@ std::string TriggerEvent::summary() const {
       std::string(config::recorderTriggerName(kind)) + " at iteration " + std::to_string(iteration);
   if (!op_name.empty()) s += ": " + op_name + " " + tensor;
   if (!reason.empty() && op_name.empty()) s += ": " + reason;
+  return s;
+}
+
+std::string TriggerEvent::outcomeSummary() const {
+  std::string s = written.empty() ? std::string("wrote no iteration")
+                                  : "wrote iterations " + rangesText(written);
+  for (size_t i = 0; i < not_written.size() && i < 4; ++i) {
+    s += i == 0 ? "; not written: " : ", ";
+    const NotWritten& n = not_written[i];
+    s += std::to_string(n.first);
+    if (n.last != n.first) {
+      s += '-';
+      s += std::to_string(n.last);
+    }
+    s += " (" + n.why + ")";
+  }
+  if (not_written.size() > 4) s += " and " + std::to_string(not_written.size() - 4) + " more";
+  if (!not_whole.empty()) {
+    s += "; " + std::to_string(not_whole.size()) +
+         " written in part (first: " + std::to_string(not_whole.front().iteration) + ")";
+  }
   return s;
 }
 
@@ -147,7 +181,6 @@ std::vector<FlightRecorder::Kept::Iteration> FlightRecorder::fire(TriggerEvent& 
   const uint32_t first = out.empty() ? e.iteration : std::min(out.front().number, e.iteration);
   const uint64_t last = uint64_t{e.iteration} + plan_.after_steps;
   window_ = Window{first, static_cast<uint32_t>(std::min<uint64_t>(last, UINT32_MAX))};
-  for (const Kept::Iteration& it : out) e.written.push_back(it.number);
   ++fired_;
   if (plan_.max_triggers != 0 && fired_ >= plan_.max_triggers) {
     recording_.store(false, std::memory_order_relaxed);

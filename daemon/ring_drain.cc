@@ -245,14 +245,20 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     return true;
   }
   if (recorder_writes) task->saved_data = recorder_->plan().saved_data;
+  const uint32_t iteration = op.iteration;
   if (!task->deferred.empty()) {
     // Written now (after a trigger): its bytes come from the client's device first.
-    fetchDeferred({task.get()}, recorder_writes ? recorder_->windowLast() : op.iteration);
+    fetchDeferred({task.get()}, recorder_writes ? recorder_->windowLast() : iteration);
     release_.hold(slot);
-    writeFetched(std::move(task), slot);
+    if (writeFetched(std::move(task), slot)) {
+      noteWritten(iteration);
+    } else if (trigger_ && trigger_->covers(iteration)) {
+      trigger_->lost(iteration);
+    }
     return true;
   }
   submitWrite(std::move(task), slot);
+  noteWritten(iteration);
   return true;
 }
 
@@ -356,6 +362,10 @@ void RingDrain::completeStep() {
     Status s = writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
     if (!s) warnings_.warn(s.error().message);
   }
+  if (trigger_) {
+    trigger_->stepDone(step_iteration_);
+    if (step_iteration_ >= trigger_->last()) closeTrigger("");
+  }
   // Once the last trigger's iterations are written, the client stops copying what nobody
   // records any more.
   if (recorder_ && recorder_->exhausted() && !recorder_->writesAfter(step_iteration_) &&
@@ -391,6 +401,11 @@ void RingDrain::finish(bool producer_lost, bool may_fire) {
       e.reason = "the client went away without closing the session";
       fire(std::move(e));
     }
+  }
+  if (trigger_) {
+    closeTrigger(producer_lost ? "the job went away first"
+                 : may_fire    ? "the job closed its session first"
+                               : "dumpd stopped first");
   }
   if (recorder_) releaseKept(recorder_->releaseAll());
   // Records whose device tensors the client never sent: the ring goes away with the session.

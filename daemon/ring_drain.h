@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "daemon/release_queue.h"
 #include "daemon/runtime_selection.h"
 #include "daemon/session_warnings.h"
+#include "daemon/trigger_outcome.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
 #include "proto/dumpd.pb.h"
@@ -163,6 +165,13 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Blocks until every NaN/infinity check submitted is done.
   void waitChecks();
   void fire(TriggerEvent e);
+  // A record of `iteration` went to the writers: the open trigger counts it.
+  void noteWritten(uint32_t iteration) {
+    if (trigger_ && trigger_->covers(iteration)) trigger_->wrote(iteration);
+  }
+  // Journals the open trigger with what it wrote (triggers.jsonl); `why_rest`: why the
+  // iterations it was still to write did not come.
+  void closeTrigger(std::string_view why_rest);
   // Ring bytes the recorder leaves free for the producer: a whole iteration (the producer
   // may be that far ahead of the drain), and twice the largest record with its header (one
   // that does not fit before the ring's end needs a pad record as well).
@@ -183,8 +192,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // lost.
   uint64_t fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t through_iteration);
   // Writes a task fetchDeferred resolved, held at `slot`: to the writers, or released when
-  // nothing of it is left, or held until the client answers when abandoned.
-  void writeFetched(std::shared_ptr<OpTask> task, uint64_t slot);
+  // nothing of it is left, or held until the client answers when abandoned. True: it went to
+  // the writers.
+  bool writeFetched(std::shared_ptr<OpTask> task, uint64_t slot);
   // Warns once, after the first recorded step, when the ring or max_bytes cannot hold
   // `steps` iterations like the largest recorded so far.
   void checkRecorderSizing();
@@ -240,6 +250,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // budget its kept records are charged to outlives it.
   std::shared_ptr<ByteBudget> recorder_memory_;
   std::unique_ptr<FlightRecorder> recorder_;
+  // The trigger whose iterations are being written (journalled when they are done).
+  std::optional<TriggerOutcome> trigger_;
   bool recorder_sized_ = false;
   Mutex checks_mu_;  // never held across anything but the count
   CondVar checks_cv_;

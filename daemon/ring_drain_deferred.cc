@@ -145,17 +145,18 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
   return lost;
 }
 
-void RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
+bool RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
   if (task->abandoned) {
     abandoned_.push_back(KeptRecord{std::move(task), slot});
-    return;
+    return false;
   }
   if (task->views.empty()) {
     release_.markDone(slot);
-    return;
+    return false;
   }
   release_.write(slot);
   submitWrite(std::move(task), slot);
+  return true;
 }
 
 void RingDrain::releaseAnswered(bool all) {

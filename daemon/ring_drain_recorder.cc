@@ -170,6 +170,10 @@ void RingDrain::triggerManually(std::string reason) {
 }
 
 void RingDrain::fire(TriggerEvent e) {
+  if (trigger_) {
+    closeTrigger("the next trigger, at iteration " + std::to_string(e.iteration) +
+                 ", writes what comes of it");
+  }
   // Checks of kept records must be done before they are written.
   waitChecks();
   std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
@@ -189,17 +193,22 @@ void RingDrain::fire(TriggerEvent e) {
   const auto through =
       static_cast<uint32_t>(std::min<uint64_t>(uint64_t{e.iteration} + after, UINT32_MAX));
   e.device_tensors_lost = fetchDeferred(deferred, through);
+  const uint32_t first = kept.empty() ? e.iteration : std::min(kept.front().number, e.iteration);
+  TriggerOutcome outcome(e, through);
   std::set<std::pair<uint32_t, uint32_t>> to_complete;  // (graph, iteration)
   for (FlightRecorder::Kept::Iteration& it : kept) {
+    size_t written = 0;
     for (KeptRecord& r : it.items) {
       r.task->saved_data = saved;
       // The step the trigger fired during completes at its own end (completeStep).
       if (it.number != e.iteration || r.task->op.graph_id != step_graph_) {
         to_complete.emplace(r.task->op.graph_id, it.number);
       }
-      writeFetched(std::move(r.task), r.slot);
+      written += writeFetched(std::move(r.task), r.slot) ? 1 : 0;
     }
+    outcome.kept(it.number, it.items.size(), written, it.whole);
   }
+  trigger_.emplace(std::move(outcome));
   // Earlier iterations are complete: finish their directories once written. The one the
   // trigger fired during completes at its step's end (its later records are written too).
   release_.waitIdle();
@@ -208,18 +217,30 @@ void RingDrain::fire(TriggerEvent e) {
       warnings_.warn(s.error().message);
     }
   }
-  if (e.written.empty() || e.written.back() != e.iteration) e.written.push_back(e.iteration);
-  for (uint32_t i = 1; i <= after; ++i) {
-    if (e.iteration + i < e.iteration) break;  // wraps
-    e.written.push_back(e.iteration + i);
-  }
   const LogLimiter::Admission a = info_log_.admit();
   if (a.suppressed != 0) {
     spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);
   }
   if (a.log) {
-    spdlog::info("session {}: flight recorder trigger: {}; writing iterations {}-{}", id_,
-                 escapeForLog(cutUtf8(e.summary(), 1024)), e.written.front(), e.written.back());
+    spdlog::info(
+        "session {}: flight recorder trigger: {}; writing what it keeps of iterations "
+        "{}-{} and iterations up to {} as they come",
+        id_, escapeForLog(cutUtf8(e.summary(), 1024)), first, e.iteration, through);
+  }
+}
+
+void RingDrain::closeTrigger(std::string_view why_rest) {
+  const std::optional<uint32_t> started =
+      have_step_ ? std::optional<uint32_t>(step_iteration_) : std::nullopt;
+  const TriggerEvent e = trigger_->close(started, why_rest);
+  trigger_.reset();
+  const LogLimiter::Admission a = info_log_.admit();
+  if (a.suppressed != 0) {
+    spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);
+  }
+  if (a.log) {
+    spdlog::info("session {}: flight recorder trigger at iteration {}: {}", id_, e.iteration,
+                 escapeForLog(e.outcomeSummary()));
   }
   appendJournal("triggers.jsonl", e.toJsonLine(wallMicros(), rank_) + "\n");
 }

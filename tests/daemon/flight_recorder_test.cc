@@ -107,7 +107,7 @@ TEST(FlightRecorder, FireHandsOverTheKeptIterationsOldestFirst) {
   EXPECT_EQ(numbers(kept), (std::vector<uint32_t>{5, 6, 7}));
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(slots(kept[0].items), (std::vector<uint64_t>{50, 51}));
-  EXPECT_EQ(e.written, (std::vector<uint32_t>{5, 6, 7}));
+  EXPECT_TRUE(e.written.empty());  // what was written, the drain says (TriggerOutcome)
   EXPECT_EQ(r.keptIterations(), 0u);
   const v1::RecorderStatus st = status(r);
   EXPECT_EQ(st.kept_iterations(), 0u);

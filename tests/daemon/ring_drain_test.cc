@@ -282,6 +282,9 @@ TEST_F(RingDrainTest, ALossSpikeWritesTheKeptIterations) {
     loss(it, it == 3 ? 5.0 : 1.0);
   }
   ASSERT_TRUE(drainAll(*d));
+  // Journalled once iteration 3, its last, is done: here when the session ends.
+  EXPECT_TRUE(triggerLines().empty());
+  d->finish();
   const std::vector<nlohmann::json> lines = triggerLines();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0]["kind"], "loss_spike");
@@ -289,7 +292,7 @@ TEST_F(RingDrainTest, ALossSpikeWritesTheKeptIterations) {
   EXPECT_EQ(lines[0]["losses"], nlohmann::json({1.0, 1.0, 5.0}));
   EXPECT_EQ(lines[0]["reason"], "loss 5 > 2 x median 1 of the last 2");
   EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2, 3}));
-  d->finish();
+  EXPECT_EQ(lines[0]["iterations_not_written"], nlohmann::json::array());
   for (uint32_t it = 1; it <= 3; ++it) {
     EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/" + std::to_string(it)),
               (std::vector<std::string>{npyName("x", seq[it - 1]), "statistic.csv"}));
@@ -314,6 +317,50 @@ TEST_F(RingDrainTest, ALostProducerWritesTheKeptIterationsAsACrash) {
   EXPECT_EQ(lines[0]["iteration"], 2);
   EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2}));
   EXPECT_EQ(ring_.ring().usedBytes(), 0u);
+}
+
+TEST_F(RingDrainTest, ATriggerNearTheEndListsOnlyTheIterationsWrittenAndSaysWhyNotTheRest) {
+  // A trigger during 2 that writes 3 more iterations; the job closes after 3.
+  auto d = make(recorderConfig(R"({"steps": 2, "saved_data": "full", "after_steps": 3})"));
+  ring_.step(0, 1);
+  ring_.op("a", 1, {1.0f});
+  ring_.step(0, 2);
+  ring_.op("b", 2, {2.0f});
+  v1::Control trigger;
+  trigger.mutable_trigger()->set_reason("by hand");
+  ring_.control(trigger);
+  ring_.step(0, 3);
+  ring_.op("c", 3, {3.0f});
+  ASSERT_TRUE(drainAll(*d));
+  EXPECT_TRUE(triggerLines().empty());  // 4 and 5 may still come
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(lines[0]["iterations_not_written"],
+            nlohmann::json::parse(
+                R"([{"first": 4, "last": 5, "why": "the job closed its session first"}])"));
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net/0/4").empty());
+}
+
+TEST_F(RingDrainTest, ACrashRightAfterAStepMarkDoesNotListTheIterationItStarted) {
+  auto d = make(recorderConfig(R"({"steps": 3, "saved_data": "full", "after_steps": 0})"));
+  ring_.step(0, 1);
+  ring_.op("a", 1, {1.0f});
+  ring_.step(0, 2);
+  ring_.op("b", 2, {2.0f});
+  ring_.step(0, 3);  // then killed: no record of 3
+  ASSERT_TRUE(drainAll(*d));
+  d->finish(/*producer_lost=*/true);
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "crash");
+  EXPECT_EQ(lines[0]["iteration"], 3);
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2}));
+  EXPECT_EQ(
+      lines[0]["iterations_not_written"],
+      nlohmann::json::parse(R"([{"first": 3, "last": 3, "why": "the job went away first"}])"));
+  EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net/0/3").empty());
 }
 
 TEST_F(RingDrainTest, FreeingRecorderSpaceReleasesTheOldestIterationFirst) {

@@ -83,6 +83,27 @@ def check_step_files(root: Path, steps: List[int], inf_at: int = -1) -> None:
             assert np.array_equal(yout, want_y), (step, op)
 
 
+def test_a_trigger_near_the_end_lists_exactly_the_iterations_on_disk(daemon: Daemon,
+                                                                    tmp_path: Path) -> None:
+    """The trigger's line names the iteration directories written, and says why the rest of
+    its window is not there (issue 38: it used to list 7-10 with 10 never written)."""
+    config = recorder_config(tmp_path, after_steps=3)
+    client = dumpd.Client(str(config), socket=daemon.socket)
+    x = np.empty(64, dtype=np.float32)
+    y = np.empty(64, dtype=np.float32)
+    run_steps(client, 10, x, y, each=lambda step: step == 7 and client.trigger("near the end"))
+    client.close()
+    root = tmp_path / "dump"
+    [t] = triggers(root)
+    assert t["iteration"] == 7
+    assert iterations(root) == [5, 6, 7, 8, 9]
+    assert t["iterations_written"] == iterations(root)
+    assert t["iterations_not_written"] == [
+        {"first": 10, "last": 10, "why": "the job closed its session first"}]
+    assert t["iterations_not_whole"] == []
+    check_step_files(root, [5, 6, 7, 8, 9])
+
+
 def test_inf_writes_the_kept_steps_and_the_next(daemon: Daemon, tmp_path: Path) -> None:
     config = recorder_config(tmp_path)
     client = dumpd.Client(str(config), socket=daemon.socket)
@@ -371,8 +392,10 @@ def test_dumpctl_trigger_only_for_the_owner_or_root(tmp_path: Path) -> None:
             outcome["bad"] = dumpctl(d.socket, "trigger", "--rank", "0", "--job", "NoSuchNet")
             outcome["root"] = dumpctl(d.socket, "trigger", "--rank", "0", "--job", "Net",
                                       "--reason", "spike seen on the dashboard")
-            # Fired by the session thread soon after; the iteration is the current one.
-            wait_for(lambda: triggers(tmp_path / "dump"), 30, "the dumpctl trigger")
+            # Fired by the session thread soon after; the iteration is the current one. (Its
+            # triggers.jsonl line comes once its last iteration, 5, is done.)
+            wait_for(lambda: session_status(d.socket).get("recorder", {}).get("triggers") == 1,
+                     30, "the dumpctl trigger")
             outcome["again"] = dumpctl(d.socket, "trigger", "--pid", str(os.getpid()))
 
         run_steps(client, 8, x, y, each=at)

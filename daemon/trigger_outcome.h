@@ -1,0 +1,59 @@
+// What one flight recorder trigger wrote, for its triggers.jsonl line (docs/recorder.md): the
+// iteration directories written, exactly, and each iteration it was to write but did not, or
+// wrote only in part, with why. The line is journalled when the trigger's last iteration is
+// done, or when the session ends first: only then is what reached disk known.
+//
+// Thread-safety: none; the session thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "daemon/flight_recorder.h"
+
+namespace dumpd::daemon {
+
+class TriggerOutcome {
+ public:
+  // `e` fired; it writes the kept iterations handed over and those up to `last`.
+  TriggerOutcome(TriggerEvent e, uint32_t last) : event_(std::move(e)), last_(last) {}
+
+  const TriggerEvent& event() const { return event_; }
+  uint32_t last() const { return last_; }
+
+  // A kept iteration handed over: `records` of it were kept, `written` of them went to the
+  // writers (the others' tensors stayed on the client's device and were lost); `whole` when
+  // none was discarded to make room.
+  void kept(uint32_t iteration, size_t records, size_t written, bool whole);
+  // A record of `iteration` went to the writers while this trigger is open.
+  void wrote(uint32_t iteration) { written_.insert(iteration); }
+  // A record of `iteration` came, but none of its tensors could be written (they stayed on
+  // the client's device and were lost).
+  void lost(uint32_t iteration) { lost_.insert(iteration); }
+  // The job finished `iteration` (the step mark after it came).
+  void stepDone(uint32_t iteration) { done_.insert(iteration); }
+  // Whether `iteration` is among those this trigger writes as they come.
+  bool covers(uint32_t iteration) const {
+    return iteration >= event_.iteration && iteration <= last_;
+  }
+
+  // The event with exactly what was written. `started`: the last iteration the job started
+  // (none: it started none under this trigger); `why_rest` says why the iterations from it
+  // up to last() did not come ("the job closed its session first", ...).
+  TriggerEvent close(std::optional<uint32_t> started, std::string_view why_rest);
+
+ private:
+  TriggerEvent event_;
+  const uint32_t last_;
+  std::set<uint32_t> written_;
+  std::set<uint32_t> done_;
+  std::map<uint32_t, std::string> not_whole_;
+  std::set<uint32_t> discarded_;  // kept, but nothing of it was left
+  std::set<uint32_t> lost_;
+};
+
+}  // namespace dumpd::daemon
