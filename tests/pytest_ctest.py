@@ -8,8 +8,9 @@ tmpfs mount, needs a tool) used to count as passed. The convention, enforced her
   one line); tests/pytest.cmake gives each such test, or such a file, its own ctest entry;
 * in those entries (``--dumpd-conditional``) a skip without a failure exits with 77, which
   ctest's SKIP_RETURN_CODE lists as "Skipped", with pytest's reason in the output;
-* in every other entry a skip is an error that names the test: a skip nobody planned for is
-  a test that silently stopped testing.
+* in every other entry a skip of a test not marked conditional is an error that names the
+  test: a skip nobody planned for is a test that silently stopped testing. (A marked test
+  skipped there, as in a hand run of the whole file, is reported and passes.)
 """
 
 import pytest
@@ -33,13 +34,14 @@ def pytest_configure(config):
 class _SkipTracker:
     def __init__(self, config):
         self.conditional_run = config.getoption("--dumpd-conditional")
-        self.skipped = []  # (nodeid, reason)
+        self.skipped = []  # (nodeid, reason, planned: marked conditional)
 
     def _note(self, report):
         if report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
                 report.longrepr)
-            self.skipped.append((report.nodeid, reason))
+            planned = "conditional" in getattr(report, "keywords", {})
+            self.skipped.append((report.nodeid, reason, planned))
 
     def pytest_runtest_logreport(self, report):
         self._note(report)
@@ -53,7 +55,10 @@ class _SkipTracker:
         if not self.skipped or exitstatus not in (pytest.ExitCode.OK,
                                                   pytest.ExitCode.NO_TESTS_COLLECTED):
             return  # failures stay failures
-        session.exitstatus = SKIP_EXIT_CODE if self.conditional_run else 1
+        if self.conditional_run:
+            session.exitstatus = SKIP_EXIT_CODE
+        elif any(not planned for _, _, planned in self.skipped):
+            session.exitstatus = 1
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self.skipped:
@@ -63,7 +68,9 @@ class _SkipTracker:
                 f"ctest: {len(self.skipped)} conditional test(s) skipped; exit "
                 f"{SKIP_EXIT_CODE} lists this entry as Skipped")
             return
-        for nodeid, reason in self.skipped:
+        for nodeid, reason, planned in self.skipped:
+            if planned:
+                continue
             terminalreporter.write_line(
                 f"ERROR: {nodeid} was skipped ({reason}) but is not marked "
                 "@pytest.mark.conditional: mark it so that ctest lists the skip "

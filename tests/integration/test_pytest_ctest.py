@@ -66,6 +66,12 @@ def test_a_planned_skip_exits_77(tmp_path):
     assert "needs root" in out
 
 
+def test_a_planned_skip_in_a_run_of_the_whole_file_is_no_error(tmp_path):
+    rc, out = run_pytest(tmp_path, "test_sample.py::test_runs", "test_sample.py::test_planned_skip")
+    assert rc == 0, out
+    assert "ERROR" not in out
+
+
 def test_a_planned_test_that_runs_passes(tmp_path):
     rc, out = run_pytest(tmp_path, "--dumpd-conditional", "test_sample.py::test_planned_but_runs")
     assert rc == 0, out
