@@ -355,7 +355,9 @@ void RingDrain::completeStep() {
   const bool dumped =
       selected(step_iteration_) || (recorder_ && recorder_->writes(step_iteration_));
   if (dumped) {
-    Status s = writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped());
+    const std::string cut = trigger_ ? trigger_->cutShort(step_iteration_) : std::string();
+    Status s =
+        writer_->completeIteration(step_graph_, step_iteration_, takeClientDropped(), {}, cut);
     if (!s) warnings_.warn(s.error().message);
   }
   if (dumped || writer_->listsEveryIteration()) {
@@ -402,6 +404,11 @@ void RingDrain::finish(bool producer_lost, bool may_fire) {
       fire(std::move(e));
     }
   }
+  // The iteration in progress: the job finished it only if it closed its session.
+  std::string cut = producer_lost ? "the job went away during this iteration"
+                    : may_fire    ? std::string()
+                                  : "dumpd stopped during this iteration";
+  if (trigger_ && cut.empty()) cut = trigger_->cutShort(step_iteration_);
   if (trigger_) {
     closeTrigger(producer_lost ? "the job went away first"
                  : may_fire    ? "the job closed its session first"
@@ -416,7 +423,9 @@ void RingDrain::finish(bool producer_lost, bool may_fire) {
     // finish() below completes every open iteration; the global order gets its last line.
     (void)writer_->appendGlobalExecutionOrder(step_graph_, step_iteration_);
   }
-  if (Status s = writer_->finish(takeClientDropped()); !s) warnings_.warn(s.error().message);
+  if (Status s = writer_->finish(takeClientDropped(), cut); !s) {
+    warnings_.warn(s.error().message);
+  }
   publishSnapshot();
   warnings_.flushSuppressed();
   const std::vector<std::string> unused = filter_.unusedKernels();

@@ -213,7 +213,8 @@ void RingDrain::fire(TriggerEvent e) {
   // trigger fired during completes at its step's end (its later records are written too).
   release_.waitIdle();
   for (const auto& [graph, iteration] : to_complete) {
-    if (Status s = writer_->completeIteration(graph, iteration); !s) {
+    const std::string cut = trigger_->cutShort(iteration);
+    if (Status s = writer_->completeIteration(graph, iteration, 0, {}, cut); !s) {
       warnings_.warn(s.error().message);
     }
   }

@@ -40,6 +40,12 @@ void TriggerOutcome::kept(uint32_t iteration, size_t records, size_t written, bo
   if (!whole) not_whole_.emplace(iteration, kNotWhole);
 }
 
+std::string TriggerOutcome::cutShort(uint32_t iteration) const {
+  if (auto it = not_whole_.find(iteration); it != not_whole_.end()) return it->second;
+  if (lost_.contains(iteration)) return std::string(kDeviceLostPart);
+  return {};
+}
+
 TriggerEvent TriggerOutcome::close(std::optional<uint32_t> started, std::string_view why_rest) {
   TriggerEvent e = std::move(event_);
   e.written.assign(written_.begin(), written_.end());

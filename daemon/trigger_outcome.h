@@ -36,6 +36,9 @@ class TriggerOutcome {
   void lost(uint32_t iteration) { lost_.insert(iteration); }
   // The job finished `iteration` (the step mark after it came).
   void stepDone(uint32_t iteration) { done_.insert(iteration); }
+  // Why what this trigger writes of `iteration` is not all the job dumped in it (records
+  // discarded to make room, tensors lost on the client's device); empty when it is.
+  std::string cutShort(uint32_t iteration) const;
   // Whether `iteration` is among those this trigger writes as they come.
   bool covers(uint32_t iteration) const {
     return iteration >= event_.iteration && iteration <= last_;

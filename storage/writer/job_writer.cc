@@ -327,7 +327,8 @@ Status JobWriter::writeKernelArgs(uint32_t graph_id, uint32_t iteration, std::st
 }
 
 Status JobWriter::completeIteration(uint32_t graph_id, uint32_t iteration,
-                                    uint64_t dropped_upstream, std::string_view reason) {
+                                    uint64_t dropped_upstream, std::string_view reason,
+                                    std::string_view cut_short) {
   Impl& m = *impl_;
   std::optional<DirCache::Taken> taken = m.dirs.takeIteration(graph_id, iteration);
   if (!taken) return {};  // idempotent
@@ -335,10 +336,10 @@ Status JobWriter::completeIteration(uint32_t graph_id, uint32_t iteration,
   ScopedCredentials scope;
   if (Status s = m.actAs(scope); !s) return s;
   return m.metadata.completeIteration(graph_id, iteration, std::move(*taken), dropped_upstream,
-                                      reason);
+                                      reason, cut_short);
 }
 
-Status JobWriter::finish(uint64_t dropped_upstream) {
+Status JobWriter::finish(uint64_t dropped_upstream, std::string_view cut_short) {
   Impl& m = *impl_;
   std::vector<DirCache::Taken> open = m.dirs.takeAllIterations();
   if (dropped_upstream != 0) m.counters.tensors_dropped.fetch_add(dropped_upstream);
@@ -350,7 +351,8 @@ Status JobWriter::finish(uint64_t dropped_upstream) {
     const bool last = i + 1 == open.size();
     const DirState& ds = *open[i].state;
     Status s = m.metadata.completeIteration(ds.graph, ds.iteration, std::move(open[i]),
-                                            last ? dropped_upstream : 0, {});
+                                            last ? dropped_upstream : 0, {},
+                                            last ? cut_short : std::string_view{});
     if (!s && result) result = s;
   }
   return result;

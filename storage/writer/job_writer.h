@@ -140,17 +140,20 @@ class JobWriter {
 
   // Marks an iteration complete: closes its appenders, fsyncs per the durability setting,
   // appends a line to .dump_metadata/manifest.jsonl. Idempotent per (graph, iteration).
-  // `dropped_upstream` adds tensors dropped before storage (backpressure drop).
+  // `dropped_upstream` adds tensors dropped before storage (backpressure drop). `cut_short`:
+  // why the job did not finish the iteration whole (empty: it did); the line then says
+  // "whole": false with that reason.
   // REQUIRES: no writeOp of this iteration in flight, and every row ticket taken before it
   // completed (its rows may still be held for an earlier ticket otherwise; they are then
   // refused as a write error, not appended). A later writeOp reopens the iteration,
   // and its next completion appends another manifest line (the last line counts).
   Status completeIteration(uint32_t graph_id, uint32_t iteration, uint64_t dropped_upstream = 0,
-                           std::string_view reason = {});
+                           std::string_view reason = {}, std::string_view cut_short = {});
 
-  // Completes every iteration still open (session end). `dropped_upstream` is charged to the
-  // last of them (in (graph, iteration) order); with none open it only counts in counters().
-  Status finish(uint64_t dropped_upstream = 0);
+  // Completes every iteration still open (session end). `dropped_upstream` and `cut_short`
+  // (the session ended during it) apply to the last of them (in (graph, iteration) order);
+  // with none open the drops only count in counters().
+  Status finish(uint64_t dropped_upstream = 0, std::string_view cut_short = {});
 
   JobCounters counters() const;
   const config::DumpPlan& plan() const;

@@ -166,8 +166,8 @@ Status MetadataFiles::appendJournal(std::string_view name, const std::string& li
 }
 
 Status MetadataFiles::completeIteration(uint32_t graph, uint32_t iteration, DirCache::Taken taken,
-                                        uint64_t dropped_upstream,
-                                        std::string_view upstream_reason) {
+                                        uint64_t dropped_upstream, std::string_view upstream_reason,
+                                        std::string_view cut_short) {
   Status result;
   uint64_t tensors = 0, bytes = 0, dropped = dropped_upstream, errors = 0;
   std::vector<std::string> reasons;
@@ -188,6 +188,7 @@ Status MetadataFiles::completeIteration(uint32_t graph, uint32_t iteration, DirC
   } else if (dropped_upstream != 0) {
     reasons.emplace_back("dropped before storage");
   }
+  if (!cut_short.empty()) reasons.emplace_back(cut_short);
   if (errors != 0) reasons.push_back(std::to_string(errors) + " write error(s)");
   if (!result) reasons.push_back(result.error().message);
   nlohmann::ordered_json j;
@@ -197,7 +198,14 @@ Status MetadataFiles::completeIteration(uint32_t graph, uint32_t iteration, DirC
   j["bytes"] = bytes;
   j["dropped"] = dropped;
   j["reasons"] = reasons;
-  j["complete"] = result.has_value() && errors == 0;
+  // whole: every tensor the job dumped in it is on disk (it finished the iteration, nothing
+  // was dropped, no write failed). writes_ok: no write or fsync failed. complete: the same
+  // as whole (dumpd 0.2 wrote writes_ok under this name; readers took it for whole).
+  const bool writes_ok = result.has_value() && errors == 0;
+  const bool whole = writes_ok && cut_short.empty() && dropped == 0;
+  j["whole"] = whole;
+  j["writes_ok"] = writes_ok;
+  j["complete"] = whole;
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line.push_back('\n');
   if (Status s = appendManifest(line); !s && result) result = s;

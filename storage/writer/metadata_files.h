@@ -42,9 +42,11 @@ class MetadataFiles {
 
   // Completes an iteration taken out of the open ones: syncs what the durability setting
   // deferred, closes its appenders, appends its manifest line (figures of `taken.state`,
-  // plus `dropped_upstream` with `upstream_reason`).
+  // plus `dropped_upstream` with `upstream_reason`; `cut_short`: why the job did not finish it
+  // whole, empty when it did).
   Status completeIteration(uint32_t graph, uint32_t iteration, DirCache::Taken taken,
-                           uint64_t dropped_upstream, std::string_view upstream_reason);
+                           uint64_t dropped_upstream, std::string_view upstream_reason,
+                           std::string_view cut_short = {});
 
   // Appends `line` (one JSON object and its newline) to .dump_metadata/`name`, a journal
   // written rarely (triggers.jsonl, control.jsonl): opened, appended, synced and closed.

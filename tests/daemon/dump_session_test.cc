@@ -165,10 +165,11 @@ TEST_F(DumpSessionTest, AStepMarkCompletesTheIterationWhileTheSessionGoesOn) {
   ring_.step(0, 1);
   const std::string manifest = "rank_0/.dump_metadata/manifest.jsonl";
   ASSERT_TRUE(runUntil([&] { return fs_->exists(manifest); }));
-  EXPECT_EQ(fs_->readFile(manifest).value(),
-            "{\"graph\":0,\"iteration\":0,\"tensors\":1,\"bytes\":" +
-                std::to_string(counts(*s).bytes_written()) +
-                ",\"dropped\":0,\"reasons\":[],\"complete\":true}\n");
+  EXPECT_EQ(
+      fs_->readFile(manifest).value(),
+      "{\"graph\":0,\"iteration\":0,\"tensors\":1,\"bytes\":" +
+          std::to_string(counts(*s).bytes_written()) +
+          ",\"dropped\":0,\"reasons\":[],\"whole\":true,\"writes_ok\":true,\"complete\":true}\n");
   v1::SessionStatus st;
   s->fillStatus(&st);
   EXPECT_EQ(st.iteration(), 1u);

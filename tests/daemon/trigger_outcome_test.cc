@@ -117,6 +117,19 @@ TEST(TriggerOutcome, TensorsLostOnTheClientsDeviceAreNotCalledFiltered) {
   EXPECT_EQ(e.not_whole[0].iteration, 7u);
 }
 
+TEST(TriggerOutcome, AnIterationWrittenInPartSaysWhyForItsManifestLine) {
+  TriggerOutcome o(manualAt(8), 9);
+  o.kept(6, 3, 3, false);  // some records discarded for room
+  o.kept(7, 3, 1, true);   // some tensors lost on the device
+  o.kept(8, 2, 2, true);
+  EXPECT_NE(o.cutShort(6).find("discarded to make room"), std::string::npos);
+  EXPECT_NE(o.cutShort(7).find("client's device"), std::string::npos);
+  EXPECT_EQ(o.cutShort(8), "");
+  o.wrote(9);
+  o.lost(9);
+  EXPECT_NE(o.cutShort(9).find("client's device"), std::string::npos);
+}
+
 TEST(TriggerOutcome, NothingWrittenIsSaid) {
   TriggerOutcome o(manualAt(3), 3);
   const TriggerEvent e = o.close(std::nullopt, "the job closed its session first");

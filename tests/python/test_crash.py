@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,6 +56,14 @@ def test_sigkilled_client_loses_nothing_it_committed(daemon: Daemon, tmp_path: P
     leftovers = [p for p in root.rglob("*") if p.is_file() and not p.name.endswith(".npy")
                  and p.parent.name not in (".dump_metadata", "execution_order")]
     assert leftovers == []
+    # The manifest tells the truth about the iteration the crash cut short: everything the job
+    # committed is there and no write failed, but the job never finished iteration 2.
+    manifest = root / "rank_0" / ".dump_metadata" / "manifest.jsonl"
+    wait_for(manifest.exists, 30, "the manifest line of the cut iteration")
+    [line] = [json.loads(l) for l in manifest.read_text().splitlines()]
+    assert (line["iteration"], line["tensors"]) == (2, 2 * n), line
+    assert (line["whole"], line["writes_ok"], line["complete"]) == (False, True, False), line
+    assert line["reasons"] == ["the job went away during this iteration"], line
 
     # The daemon keeps serving: the same job can reconnect at once.
     def reconnect() -> bool:

@@ -34,9 +34,12 @@ TEST_F(JobWriterTest, ManifestLinePerCompletedIterationAndIdempotent) {
   ASSERT_TRUE(w->completeIteration(0, 1, 4, "backpressure: ring full"));
   EXPECT_EQ(read("rank_0/.dump_metadata/manifest.jsonl"),
             "{\"graph\":0,\"iteration\":0,\"tensors\":3,\"bytes\":" + std::to_string(bytes) +
-                ",\"dropped\":0,\"reasons\":[],\"complete\":true}\n"
+                ",\"dropped\":0,\"reasons\":[],\"whole\":true,\"writes_ok\":true,"
+                "\"complete\":true}\n"
+                // Tensors dropped: no write failed, but the iteration is not whole.
                 "{\"graph\":0,\"iteration\":1,\"tensors\":0,\"bytes\":0,\"dropped\":4,"
-                "\"reasons\":[\"backpressure: ring full\"],\"complete\":true}\n");
+                "\"reasons\":[\"backpressure: ring full\"],\"whole\":false,\"writes_ok\":true,"
+                "\"complete\":false}\n");
   EXPECT_EQ(w->counters().tensors_dropped, 4u);
 }
 
@@ -55,6 +58,30 @@ TEST_F(JobWriterTest, FinishCompletesEveryOpenIteration) {
             std::string::npos);
   ASSERT_TRUE(w->finish());
   EXPECT_EQ(read("rank_0/.dump_metadata/manifest.jsonl"), manifest);
+}
+
+TEST_F(JobWriterTest, AnIterationTheSessionEndedDuringIsNotWholeAndSaysWhy) {
+  auto w = make(makePlan(config::SavedData::kTensor));
+  for (uint32_t it : {1u, 2u}) {
+    OwnedOp op = specExampleOp();
+    op.iteration = it;
+    ASSERT_TRUE(w->writeOp(op.record()));
+  }
+  ASSERT_TRUE(w->completeIteration(0, 1));
+  ASSERT_TRUE(w->finish(0, "the job went away during this iteration"));
+  const std::string manifest = read("rank_0/.dump_metadata/manifest.jsonl");
+  const size_t second = manifest.find("\"iteration\":2");
+  ASSERT_NE(second, std::string::npos) << manifest;
+  // Iteration 1 ended at its step mark: whole. Iteration 2 was cut short: no write failed,
+  // but it is not whole, and the reason says why.
+  EXPECT_NE(manifest.substr(0, second).find("\"whole\":true,\"writes_ok\":true,\"complete\":true"),
+            std::string::npos)
+      << manifest;
+  EXPECT_NE(manifest.find("\"reasons\":[\"the job went away during this iteration\"],"
+                          "\"whole\":false,\"writes_ok\":true,\"complete\":false",
+                          second),
+            std::string::npos)
+      << manifest;
 }
 
 TEST_F(JobWriterTest, WritingAfterCompletionReopensTheIteration) {
