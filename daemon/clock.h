@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -19,6 +20,13 @@
 namespace dumpd::daemon {
 
 using TimePoint = std::chrono::steady_clock::time_point;
+
+// Wall-clock microseconds since the epoch, for the time_us of journal lines (never deadlines).
+inline uint64_t wallClockMicros() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
 
 // A one-shot timer whose handler runs on its io_context.
 class Timer {

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "base/utf8.h"
+#include "daemon/clock.h"
 #include "daemon/dump_session.h"
 #include "daemon/log_escape.h"
 
@@ -63,13 +64,10 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change,
                      "session " + std::to_string(id_) + "'s flight recorder stopped after " +
                          "flight_recorder.max_triggers triggers; it cannot record again");
   }
-  const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::chrono::system_clock::now().time_since_epoch());
   // Where the client's ring stands now: it is bound to apply this by its second step mark
   // past it (RingDrain enforces it there).
   const uint64_t position = drain_->ring().committedPosition();
-  auto next =
-      selection_->change(change, uid, static_cast<uint64_t>(now_us.count()), position, reason);
+  auto next = selection_->change(change, uid, wallClockMicros(), position, reason);
   if (!next) return next.error();
   const Selection& s = next.value();
   v1::Envelope update;

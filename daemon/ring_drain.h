@@ -95,9 +95,10 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // The daemon-wide budget of memory the flight recorders' kept records share
   // (recorder_memory_bytes); before the first record.
   void setRecorderMemory(std::shared_ptr<ByteBudget> budget);
-  // Runtime control: the selections clients name in their step marks (set before the first
-  // record is handled).
-  void setRuntimeSelection(std::shared_ptr<const RuntimeSelection> s) { selection_ = std::move(s); }
+  // Runtime control: the selections clients name in their step marks, and the control.jsonl
+  // lines of the changes, journalled before the line saying from which iteration one took
+  // effect (set before the first record is handled).
+  void setRuntimeSelection(std::shared_ptr<RuntimeSelection> s) { selection_ = std::move(s); }
   // Whether the client can still answer a fetch of tensors it keeps on its device (false
   // once it exited, said Goodbye, or the session is stopping). Session thread.
   void setProducerAlive(std::function<bool()> f) { producer_alive_ = std::move(f); }
@@ -238,7 +239,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::unordered_map<uint64_t, std::shared_ptr<storage::TensorMemo>> memos_;
   // Of those, the memos of records the flight recorder keeps (unwritten until a trigger).
   std::unordered_set<const storage::TensorMemo*> kept_memos_;
-  std::shared_ptr<const RuntimeSelection> selection_;
+  std::shared_ptr<RuntimeSelection> selection_;
   uint64_t applied_generation_ = 0;
   uint64_t previous_mark_end_ = 0;  // ring position after the last step mark
   // Info lines a client can cause (selections, triggers): rate-limited like its warnings.

@@ -6,8 +6,11 @@
 #include <climits>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "base/element_count.h"
 #include "base/utf8.h"
+#include "daemon/clock.h"
 #include "daemon/log_escape.h"
 #include "daemon/ring_drain.h"
 
@@ -151,6 +154,14 @@ void RingDrain::applySelection(const Selection& s, uint32_t from_iteration, std:
     recorder_->setEnabled(s.recorder_on);
     if (!s.recorder_on) releaseKept(recorder_->releaseAll());
   }
+  // control.jsonl: when the change was asked (its line, queued by RuntimeSelection, goes
+  // first), then from which iteration it took effect.
+  for (const std::string& line : selection_->takeJournal()) appendJournal("control.jsonl", line);
+  const nlohmann::json line = {{"time_us", wallClockMicros()},
+                               {"generation", s.generation},
+                               {"in_force_from_iteration", from_iteration},
+                               {"how", how}};
+  appendJournal("control.jsonl", line.dump() + "\n");
   const LogLimiter::Admission a = info_log_.admit();
   if (a.suppressed != 0) {
     spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);

@@ -9,18 +9,13 @@
 
 #include "base/element_count.h"
 #include "base/utf8.h"
+#include "daemon/clock.h"
 #include "daemon/log_escape.h"
 #include "daemon/ring_drain.h"
 #include "storage/format/names.h"
 
 namespace dumpd::daemon {
 namespace {
-
-uint64_t wallMicros() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
 
 // Records the first view of `task` holding a NaN, and the first holding an infinity (pool
 // thread).
@@ -243,7 +238,7 @@ void RingDrain::closeTrigger(std::string_view why_rest) {
     spdlog::info("session {}: flight recorder trigger at iteration {}: {}", id_, e.iteration,
                  escapeForLog(e.outcomeSummary()));
   }
-  appendJournal("triggers.jsonl", e.toJsonLine(wallMicros(), rank_) + "\n");
+  appendJournal("triggers.jsonl", e.toJsonLine(wallClockMicros(), rank_) + "\n");
 }
 
 void RingDrain::checkRecorderSizing() {

@@ -2,9 +2,11 @@
 // where the client was bound to apply it, whatever the client says, and never goes back to an
 // older one; device-kept tensors are refused where no fetch can be meant.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "daemon/runtime_selection.h"
@@ -89,6 +91,35 @@ TEST_F(RingDrainSelectionTest, AClientThatAppliesThePauseAtOnceIsFollowedAtOnce)
   d->finish();
   EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0", "3"}));
   EXPECT_EQ(lastWarning(*d), "");
+}
+
+TEST_F(RingDrainSelectionTest, ControlJsonlSaysFromWhichIterationEachChangeTookEffect) {
+  auto d = makeWithSelection();
+  step(0, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  step(1, 1);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d, false);
+  step(2, 1);
+  step(3, 2);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  ASSERT_EQ(iterationsWritten(), (std::set<std::string>{"0", "3"}));
+  std::vector<nlohmann::json> asked, in_force;
+  std::istringstream lines(fs_->readFile("rank_0/.dump_metadata/control.jsonl").value_or(""));
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    (j.contains("in_force_from_iteration") ? in_force : asked).push_back(j);
+  }
+  ASSERT_EQ(asked.size(), 2u);
+  ASSERT_EQ(in_force.size(), 2u);
+  // The pause: 1 is the first iteration not dumped; the resume: 3 the first dumped again.
+  EXPECT_EQ(in_force[0]["generation"], 1);
+  EXPECT_EQ(in_force[0]["in_force_from_iteration"], 1);
+  EXPECT_EQ(in_force[0]["how"], "the client applied it");
+  EXPECT_EQ(in_force[1]["generation"], 2);
+  EXPECT_EQ(in_force[1]["in_force_from_iteration"], 3);
 }
 
 TEST_F(RingDrainSelectionTest, AnAcknowledgementOfAnOlderGenerationDoesNotUnpause) {

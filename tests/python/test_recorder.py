@@ -214,10 +214,13 @@ def test_the_client_stops_copying_after_max_triggers(daemon: Daemon, tmp_path: P
     # Steps 0-7 were copied (2 tensors each), 8 and 9 no longer.
     assert copied == [True] * 8 + [False] * 2
     assert stats["tensors_committed"] == 8 * 2, stats
-    [line] = (root / "rank_0/.dump_metadata/control.jsonl").read_text().splitlines()
-    change = json.loads(line)
-    assert change["new"]["recorder_on"] is False
-    assert change["reason"] == "the flight recorder stopped after max_triggers"
+    asked, took = [json.loads(x) for x in
+                   (root / "rank_0/.dump_metadata/control.jsonl").read_text().splitlines()]
+    assert asked["new"]["recorder_on"] is False
+    assert asked["by"] == "dumpd" and "uid" not in asked
+    assert asked["reason"] == "the flight recorder stopped after max_triggers"
+    # The client stopped copying from step 8 (applied at that mark).
+    assert (took["generation"], took["in_force_from_iteration"]) == (asked["generation"], 8)
 
 
 def test_loss_spike_nan_loss_and_max_triggers(daemon: Daemon, tmp_path: Path) -> None:

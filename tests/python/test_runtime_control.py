@@ -80,9 +80,12 @@ def test_a_new_selection_applies_from_the_next_step(daemon: Daemon, tmp_path: Pa
     assert stats["tensors_committed"] == 5 * 2, stats
     lines = [json.loads(x) for x in
              (tmp_path / "dump/rank_0/.dump_metadata/control.jsonl").read_text().splitlines()]
-    assert len(lines) == 1
+    assert len(lines) == 2, lines
     assert lines[0]["uid"] == os.getuid()
     assert lines[0]["old"]["iteration"] == "0" and lines[0]["new"]["iteration"] == "6-8|11"
+    # Asked during step 3; the client applied it at its next step mark.
+    assert (lines[1]["generation"], lines[1]["in_force_from_iteration"], lines[1]["how"]) == \
+        (lines[0]["generation"], 4, "the client applied it"), lines
     assert "changed the selection" in daemon.log_text()
 
 
