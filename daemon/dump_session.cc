@@ -405,6 +405,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
   const Selection sel = selection_->current();
   out->set_selection(sel.iteration);
   out->set_selection_changed(sel.generation != 0);
+  out->set_selection_changed_by(sel.changed_by);
   out->set_paused(sel.paused);
   out->set_journal_lines_refused(d.journalLinesRefused());
 }

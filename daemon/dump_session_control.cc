@@ -30,10 +30,16 @@ std::string DumpSession::triggerRefusal() const {
   }
   v1::RecorderStatus st;
   drain_->fillRecorderStatus(&st);
-  if (!st.recording()) {
-    return name + "'s flight recorder is not recording (turned off by dumpctl control, or " +
-           "stopped after " + std::to_string(st.triggers()) +
-           " trigger(s): flight_recorder.max_triggers)";
+  if (drain_->recorderExhausted()) {
+    return name + "'s flight recorder stopped after " + std::to_string(st.triggers()) +
+           " trigger(s) (flight_recorder.max_triggers " + std::to_string(recorder->max_triggers) +
+           ")";
+  }
+  // The operator's word counts from when it is given, before the client applies it.
+  if (const Selection sel = selection_->current(); !sel.recorder_on || !st.recording()) {
+    return name + "'s flight recorder was turned off by " +
+           (sel.changed_by.empty() ? std::string("dumpctl control") : sel.changed_by) +
+           " (dumpctl control " + std::to_string(id_) + " --recorder on turns it back on)";
   }
   return {};
 }

@@ -32,6 +32,7 @@ void forEachString(v1::Envelope* env, F&& f) {
       f(s.mutable_stop_reason());
       f(s.mutable_ms_format());
       f(s.mutable_selection());
+      f(s.mutable_selection_changed_by());
       if (s.has_recorder()) {
         f(s.mutable_recorder()->mutable_last_trigger());
         f(s.mutable_recorder()->mutable_warning());

@@ -24,6 +24,23 @@ nlohmann::json toJson(const Selection& s) {
   return j;
 }
 
+// What already holds of each thing `change` names (it changes none of them).
+std::string unchanged(const v1::ControlChange& change, const Selection& old) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : "; ") + part; };
+  if (change.has_iteration()) {
+    add("the selection already is iteration \"" + std::string(cutUtf8(old.iteration, 256)) + "\"");
+  }
+  if (change.has_paused()) {
+    add(old.paused ? "the session is already paused"
+                   : "the session is not paused (nothing to resume)");
+  }
+  if (change.has_recorder_on()) {
+    add(std::string("the flight recorder is already ") + (old.recorder_on ? "on" : "off"));
+  }
+  return out;
+}
+
 }  // namespace
 
 RuntimeSelection::RuntimeSelection(Selection initial, bool has_recorder)
@@ -79,6 +96,11 @@ Result<Selection> RuntimeSelection::change(const v1::ControlChange& change,
   }
   if (change.has_paused()) next.paused = change.paused();
   if (change.has_recorder_on()) next.recorder_on = change.recorder_on();
+  if (next.iteration == old.iteration && next.paused == old.paused &&
+      next.recorder_on == old.recorder_on) {
+    return makeError(ErrorCode::kInvalidArgument, "nothing to change: " + unchanged(change, old));
+  }
+  next.changed_by = uid ? "uid " + std::to_string(*uid) : "dumpd (" + std::string(reason) + ")";
   recent_.push_back(next);
   // The initial selection stays: it is what generation 0 means.
   while (recent_.size() > kMaxKept) recent_.erase(recent_.begin() + 1);

@@ -37,6 +37,9 @@ struct Selection {
   // The client's ring position (bytes committed) when dumpd sent it: step marks that end
   // past it were written after.
   uint64_t sent_at = 0;
+  // Who made the last change: "uid 1000", or "dumpd (the flight recorder stopped after
+  // max_triggers)"; empty for the job config's own selection.
+  std::string changed_by;
 };
 
 class RuntimeSelection {
@@ -48,7 +51,8 @@ class RuntimeSelection {
   // Checks and applies `change` requested by `uid` (nullopt: dumpd itself, for `reason`),
   // sent when the client's ring stood at `ring_position`: the new selection, or an error
   // naming the bad value (kInvalidConfig: the message `dumpctl validate` gives for it;
-  // kInvalidArgument: nothing to change, or a list past the limits below). Queues a line
+  // kInvalidArgument: nothing to change, a change that changes nothing (the message says
+  // what already holds), or a list past the limits below). Queues a line
   // for .dump_metadata/control.jsonl (takeJournal()), with long lists summarised.
   Result<Selection> change(const v1::ControlChange& change, std::optional<uint32_t> uid,
                            uint64_t time_us, uint64_t ring_position = 0,

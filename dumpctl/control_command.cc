@@ -36,11 +36,12 @@ int runControlCommand(const std::vector<std::string_view>& args, const std::stri
       selector.push_back(a);
     }
   }
+  // The selector first: an unknown option is named whatever else is on the line.
+  auto sel = parseSessionSelector(selector, {"--iteration", "--pause", "--resume", "--recorder"});
+  if (!sel) return usage(sel.error().message);
   if (!change->has_iteration() && !change->has_paused() && !change->has_recorder_on()) {
     return usage("nothing to change: give --iteration, --pause, --resume or --recorder");
   }
-  auto sel = parseSessionSelector(selector);
-  if (!sel) return usage(sel.error().message);
   *cmd.mutable_target() = sel.value();
   return sendSessionCommand(socket, cmd, "control", out, err);
 }

@@ -1,8 +1,10 @@
 #include "dumpctl/session_request.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ipc/socket_io.h"
 #include "ipc/socket_path.h"
@@ -22,9 +24,42 @@ Error usage(std::string message) {
   return makeError(ErrorCode::kInvalidArgument, std::move(message));
 }
 
+// Levenshtein distance (options are short).
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
 
-Result<v1::SessionSelector> parseSessionSelector(const std::vector<std::string_view>& args) {
+std::string_view nearestOption(std::string_view given, const std::vector<std::string_view>& known) {
+  std::string_view best;
+  size_t best_distance = 0;
+  for (std::string_view k : known) {
+    const size_t d = editDistance(given, k);
+    if (best.empty() || d < best_distance) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  // Close: a third of the option's length at most (a typo, a plural, a dash).
+  if (best.empty() || best_distance * 3 > best.size()) return {};
+  return best;
+}
+
+Result<v1::SessionSelector> parseSessionSelector(
+    const std::vector<std::string_view>& args,
+    const std::vector<std::string_view>& command_options) {
   v1::SessionSelector sel;
   bool have_rank = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -59,7 +94,14 @@ Result<v1::SessionSelector> parseSessionSelector(const std::vector<std::string_v
       if (sel.session_id() != 0) return usage("more than one session id given");
       sel.set_session_id(id);
     } else {
-      return usage("unknown argument '" + std::string(a) + "'");
+      std::vector<std::string_view> known = {"--pid", "--rank", "--job"};
+      known.insert(known.end(), command_options.begin(), command_options.end());
+      std::string why = "unknown argument '";
+      why.append(a).append("'");
+      if (std::string_view near = nearestOption(a, known); !near.empty()) {
+        why.append(" (did you mean ").append(near).append("?)");
+      }
+      return usage(std::move(why));
     }
   }
   if (have_rank != !sel.net_name().empty()) return usage("--rank and --job go together");

@@ -13,8 +13,15 @@
 namespace dumpd::dumpctl {
 
 // SESSION | --pid PID | --rank N --job NET_NAME: the session a command acts on. Errors name
-// the argument.
-Result<v1::SessionSelector> parseSessionSelector(const std::vector<std::string_view>& args);
+// the argument; an unknown option is named with the nearest of the selector's options and
+// `command_options` (the command's own, for the suggestion).
+Result<v1::SessionSelector> parseSessionSelector(
+    const std::vector<std::string_view>& args,
+    const std::vector<std::string_view>& command_options = {});
+
+// The option of `known` nearest to `given` (a typo, a plural, a missing dash), or empty when
+// none is close.
+std::string_view nearestOption(std::string_view given, const std::vector<std::string_view>& known);
 
 // Sends `command`, prints the daemon's answer on `out`. Exit codes: 0 done, 1 refused or no
 // daemon (the reason on `err`, prefixed "dumpctl NAME: ").

@@ -115,6 +115,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["client_dropped_tensors"] = s.client_dropped_tensors();
     o["selection"] = s.selection();
     o["selection_changed"] = s.selection_changed();
+    o["selection_changed_by"] = s.selection_changed_by();
     o["paused"] = s.paused();
     o["journal_lines_refused"] = s.journal_lines_refused();
     if (s.has_recorder()) {
@@ -218,8 +219,10 @@ std::string statusToTable(const v1::StatusReply& r) {
             << " (journal_bytes or min_free_bytes)\n";
       }
       if (s.selection_changed() || s.paused()) {
-        out << "     selection (changed at runtime): iteration \"" << printable(s.selection())
-            << "\"" << (s.paused() ? ", paused" : "") << "\n";
+        out << "     selection (changed at runtime";
+        if (!s.selection_changed_by().empty()) out << " by " << printable(s.selection_changed_by());
+        out << "): iteration \"" << printable(s.selection()) << "\""
+            << (s.paused() ? ", paused" : "") << "\n";
       }
       if (s.has_recorder()) out << recorderLine(s.recorder());
     }

@@ -17,7 +17,7 @@ int runTriggerCommand(const std::vector<std::string_view>& args, const std::stri
       selector.push_back(args[i]);
     }
   }
-  auto sel = parseSessionSelector(selector);
+  auto sel = parseSessionSelector(selector, {"--reason"});
   if (!sel) {
     err << "dumpctl trigger: " << sel.error().message << "\n";
     return 2;

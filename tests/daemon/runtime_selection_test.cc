@@ -141,5 +141,45 @@ TEST(RuntimeSelection, NothingToChangeIsRefused) {
   EXPECT_NE(no_recorder.error().message.find("no flight recorder"), std::string::npos);
 }
 
+TEST(RuntimeSelection, AChangeThatChangesNothingIsRefusedSayingWhatHolds) {
+  RuntimeSelection r(initial(), true);
+  v1::ControlChange resume;
+  resume.set_paused(false);
+  auto refused = r.change(resume, 1000, 1);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(refused.error().message,
+            "nothing to change: the session is not paused (nothing to resume)");
+  EXPECT_EQ(r.current().generation, 0u);
+  EXPECT_TRUE(r.takeJournal().empty());  // nothing journalled
+  v1::ControlChange same;
+  same.set_iteration(r.current().iteration);
+  same.set_recorder_on(true);
+  auto again = r.change(same, 1000, 2);
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find("the selection already is iteration"), std::string::npos);
+  EXPECT_NE(again.error().message.find("the flight recorder is already on"), std::string::npos);
+  // One thing changed is a change.
+  v1::ControlChange pause_too = same;
+  pause_too.set_paused(true);
+  ASSERT_TRUE(r.change(pause_too, 1000, 3));
+  auto paused_again = r.change(pause_too, 1000, 4);
+  ASSERT_FALSE(paused_again);
+  EXPECT_NE(paused_again.error().message.find("already paused"), std::string::npos);
+}
+
+TEST(RuntimeSelection, TheSelectionSaysWhoChangedItLast) {
+  RuntimeSelection r(initial(), true);
+  EXPECT_EQ(r.current().changed_by, "");
+  v1::ControlChange pause;
+  pause.set_paused(true);
+  ASSERT_TRUE(r.change(pause, 1000, 1));
+  EXPECT_EQ(r.current().changed_by, "uid 1000");
+  v1::ControlChange off;
+  off.set_recorder_on(false);
+  ASSERT_TRUE(r.change(off, std::nullopt, 2, 0, "the flight recorder stopped after max_triggers"));
+  EXPECT_EQ(r.current().changed_by, "dumpd (the flight recorder stopped after max_triggers)");
+}
+
 }  // namespace
 }  // namespace dumpd::daemon

@@ -143,8 +143,22 @@ TEST_F(SessionCommandTest, RootAndTheOwnerMayTriggerUntilMaxTriggers) {
   EXPECT_FALSE(third.ok);
   EXPECT_EQ(third.code, v1::Error::FAILED_PRECONDITION);
   EXPECT_EQ(third.message,
-            "session 1's flight recorder is not recording (turned off by dumpctl control, or "
-            "stopped after 2 trigger(s): flight_recorder.max_triggers)");
+            "session 1's flight recorder stopped after 2 trigger(s) "
+            "(flight_recorder.max_triggers 2)");
+}
+
+TEST_F(SessionCommandTest, ATriggerRefusedForARecorderTurnedOffNamesWhoTurnedItOff) {
+  auto s = startAs(peer(100, 1000), 0, recorderConfig(R"({"max_triggers": 2})"));
+  v1::SessionCommand cmd;
+  *cmd.mutable_target() = byId(s->id());
+  cmd.mutable_control()->set_recorder_on(false);
+  CommandOutcome off = runSessionCommand(sessions_, peer(4242, 1000), cmd);
+  ASSERT_TRUE(off.ok) << off.message;
+  CommandOutcome refused = trigger(0, byId(s->id()));
+  EXPECT_FALSE(refused.ok);
+  EXPECT_EQ(refused.message,
+            "session 1's flight recorder was turned off by uid 1000 (dumpctl control 1 "
+            "--recorder on turns it back on)");
 }
 
 TEST_F(SessionCommandTest, ATriggerNeedsAFlightRecorderTakingManualTriggers) {

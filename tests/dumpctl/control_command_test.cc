@@ -1,6 +1,7 @@
 // dumpctl control called as a function against a fake daemon (a socket the test listens on):
 // what it sends for each option, what it prints, and what it refuses before connecting.
 #include "dumpctl/control_command.h"
+#include "dumpctl/session_request.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -154,7 +155,27 @@ TEST_F(ControlCommandTest, BadArgumentsAreRefusedBeforeAnyConnection) {
   err_.str("");
   EXPECT_EQ(run({"3", "--recorder", "maybe"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("--recorder needs on or off"));
+  err_.str("");
+  // An unknown option is named, with the nearest known one, whatever else is on the line.
+  EXPECT_EQ(run({"19", "--iterations", "10-14"}), 2);
+  EXPECT_EQ(err_.str(),
+            "dumpctl control: unknown argument '--iterations' (did you mean --iteration?)\n");
+  err_.str("");
+  EXPECT_EQ(run({"19", "--pause", "--recoder", "off"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown argument '--recoder' (did you mean --recorder?)"));
+  err_.str("");
+  EXPECT_EQ(run({"19", "--frobnicate"}), 2);
+  EXPECT_EQ(err_.str(), "dumpctl control: unknown argument '--frobnicate'\n");
   EXPECT_FALSE(daemon_.connectionPending()) << "nothing may reach the daemon";
+}
+
+TEST(NearestOption, FindsTyposPluralsAndMissingDashesOnly) {
+  const std::vector<std::string_view> known = {"--iteration", "--pause", "--resume", "--pid"};
+  EXPECT_EQ(nearestOption("--iterations", known), "--iteration");
+  EXPECT_EQ(nearestOption("-pause", known), "--pause");
+  EXPECT_EQ(nearestOption("--resum", known), "--resume");
+  EXPECT_EQ(nearestOption("--verbose", known), "");
+  EXPECT_EQ(nearestOption("--x", known), "");
 }
 
 }  // namespace
