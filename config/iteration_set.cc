@@ -53,9 +53,14 @@ IterationSet IterationSet::all() {
 
 Result<IterationSet> IterationSet::parse(std::string_view text) {
   if (text == "all") return all();
-  if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) {
-        return isDigit(c) || c == '-' || c == '|' || c == ' ';
-      })) {
+  if (text == "none") return IterationSet();
+  if (text.empty()) {
+    return invalid(
+        "iteration is empty: give \"none\" to select no iteration (dumpd), \"all\", or "
+        "iterations such as \"0|5-8\"");
+  }
+  if (!std::all_of(text.begin(), text.end(),
+                   [](char c) { return isDigit(c) || c == '-' || c == '|' || c == ' '; })) {
     return charsetError(text);
   }
 
@@ -123,6 +128,7 @@ bool IterationSet::contains(uint32_t iteration) const {
 
 std::string IterationSet::toString() const {
   if (all_) return "all";
+  if (ranges_.empty()) return "none";
   std::string out;
   for (const auto& [low, high] : ranges_) {
     if (!out.empty()) out += '|';

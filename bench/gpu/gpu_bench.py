@@ -157,7 +157,7 @@ class Daemon:
         self.proc.wait(timeout=300)
 
 
-NOTHING = "100000"  # an iteration the benchmark never reaches: the recorder keeps every step
+NOTHING = "none"  # no iteration selected: the recorder keeps every step
 
 
 def job_config(root, saved_data, iteration, recorder=None):

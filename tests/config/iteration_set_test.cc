@@ -23,7 +23,20 @@ TEST(IterationSetTest, DefaultIsEmpty) {
   IterationSet s;
   EXPECT_FALSE(s.isAll());
   EXPECT_FALSE(s.contains(0));
-  EXPECT_EQ(s.toString(), "");
+  EXPECT_TRUE(s.isNone());
+  EXPECT_EQ(s.toString(), "none");
+}
+
+TEST(IterationSetTest, NoneSelectsNoIterationAndRoundTrips) {
+  auto s = parseOk("none");
+  EXPECT_TRUE(s.isNone());
+  EXPECT_FALSE(s.isAll());
+  for (uint32_t i : {0u, 1u, 100000u, 4294967295u}) EXPECT_FALSE(s.contains(i)) << i;
+  EXPECT_EQ(s.toString(), "none");
+  EXPECT_TRUE(parseOk(s.toString()).isNone());
+  EXPECT_FALSE(parseOk("0").isNone());
+  // Only the lower-case word: MindSpore's charset message for the rest.
+  EXPECT_THAT(errorOf(IterationSet::parse("None")), HasSubstr("only supports digits"));
 }
 
 TEST(IterationSetTest, AllMatchesEverything) {
@@ -88,8 +101,10 @@ TEST(IterationSetTest, CharactersOutsideTheAlphabetUseMindSporesMessage) {
                   (std::string_view(bad) == "1\t2" ? "1\\x092" : bad))
         << bad;
   }
+  // Empty: MindSpore refuses it too, but dumpd says how to select nothing.
   EXPECT_EQ(errorOf(IterationSet::parse("")),
-            "iteration only supports digits, {'-', '|'}, or just \"all\" but got: ");
+            "iteration is empty: give \"none\" to select no iteration (dumpd), \"all\", or "
+            "iterations such as \"0|5-8\"");
 }
 
 TEST(IterationSetTest, MalformedSegmentsAreRejectedNamingTheSegment) {

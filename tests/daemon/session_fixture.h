@@ -171,7 +171,7 @@ inline std::string jobConfig(const std::string& saved_data = "full",
 // with the "flight_recorder" section `section` (JSON text).
 inline std::string recorderConfig(const std::string& section,
                                   const std::string& saved_data = "statistic") {
-  std::string c = jobConfig(saved_data, "100000");
+  std::string c = jobConfig(saved_data, "none");
   c.pop_back();  // the closing brace
   return c + ", \"flight_recorder\": " + section + "}";
 }

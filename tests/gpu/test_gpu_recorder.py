@@ -17,7 +17,7 @@ from conftest import dump_files, make_config  # noqa: E402  (tests/gpu/conftest.
 
 pytestmark = pytest.mark.conditional  # needs a CUDA GPU: conftest.py skips every test otherwise
 
-NOTHING = "100000"  # an iteration no test reaches: every step is only recorded
+NOTHING = "none"  # no iteration selected: every step is only recorded
 
 
 def recorder_config(tmp_path, saved_data="full", **recorder):

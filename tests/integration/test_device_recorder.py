@@ -28,7 +28,7 @@ OPS = 3
 def config(workdir, **recorder):
     section = {"steps": 3, "after_steps": 1, "max_triggers": 1, "saved_data": "full"}
     section.update(recorder)
-    return write_config(workdir, iteration="100000", saved_data="full"), json.dumps(section)
+    return write_config(workdir, iteration="none", saved_data="full"), json.dumps(section)
 
 
 def expected(step, op, io):
@@ -248,7 +248,7 @@ def test_a_client_that_never_sends_its_device_tensors_stalls_only_its_own_sessio
     try:
         raw_root = workdir / "raw"
         raw_root.mkdir()
-        job = json.loads(write_config(workdir, name="raw.json", iteration="100000",
+        job = json.loads(write_config(workdir, name="raw.json", iteration="none",
                                       saved_data="full", path=str(raw_root)).read_text())
         job["flight_recorder"] = {"steps": 2, "after_steps": 0, "saved_data": "full"}
         s = RawSession(d.socket, json.dumps(job), str(raw_root), producer_name="silent")

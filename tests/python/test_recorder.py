@@ -17,7 +17,7 @@ import pytest
 import dumpd
 from conftest import Daemon, dump_files, index_files, make_config, wait_for
 
-NOTHING = "100000"  # an iteration selection no test reaches: every step is only recorded
+NOTHING = "none"  # no iteration selected: every step is only recorded
 
 
 def recorder_config(tmp_path: Path, **recorder: Any) -> Path:

@@ -30,7 +30,7 @@ class Net(nn.Module):
 
 
 def recorder_config(tmp_path: Path, **section) -> Path:
-    path = make_config(tmp_path, iteration="100000", saved_data="full")
+    path = make_config(tmp_path, iteration="none", saved_data="full")
     cfg = json.loads(path.read_text())
     cfg["flight_recorder"] = {"steps": 2, "after_steps": 0, **section}
     path.write_text(json.dumps(cfg))
