@@ -85,6 +85,12 @@ std::string TriggerEvent::toJsonLine(uint64_t time_us, uint32_t rank) const {
   }
   j["iterations_not_whole"] = std::move(partial);
   if (not_whole.size() > kMaxListed) j["iterations_not_whole_count"] = not_whole.size();
+  if (first_nonfinite) {
+    j["first_nonfinite"] = {{"iteration", first_nonfinite->iteration},
+                            {"op", first_nonfinite->op_name},
+                            {"tensor", first_nonfinite->tensor},
+                            {"value", first_nonfinite->nan ? "nan" : "inf"}};
+  }
   if (device_tensors_lost != 0) j["device_tensors_lost"] = device_tensors_lost;
   // Names and reasons come from the client: invalid UTF-8 is replaced, never refused.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -95,6 +101,12 @@ std::string TriggerEvent::summary() const {
       std::string(config::recorderTriggerName(kind)) + " at iteration " + std::to_string(iteration);
   if (!op_name.empty()) s += ": " + op_name + " " + tensor;
   if (!reason.empty() && op_name.empty()) s += ": " + reason;
+  if (first_nonfinite &&
+      (first_nonfinite->op_name != op_name || first_nonfinite->iteration != iteration)) {
+    s += "; first " + std::string(first_nonfinite->nan ? "NaN" : "infinity") + ": " +
+         first_nonfinite->op_name + " " + first_nonfinite->tensor + " at iteration " +
+         std::to_string(first_nonfinite->iteration);
+  }
   return s;
 }
 

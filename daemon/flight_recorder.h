@@ -52,6 +52,16 @@ struct TriggerEvent {
   std::vector<uint32_t> written;
   std::vector<NotWritten> not_written;
   std::vector<NotWhole> not_whole;
+  // Whatever fired: the first NaN or infinity in the kept iterations (oldest first, records in
+  // the job's order), where the user looks next. Known when the recorder checks values (a
+  // "nan" or "inf" trigger configured).
+  struct NonFinite {
+    uint32_t iteration = 0;
+    std::string op_name;
+    std::string tensor;  // "output 0"
+    bool nan = true;     // else an infinity
+  };
+  std::optional<NonFinite> first_nonfinite;
   // Tensors the client kept on its device that never reached the host (crash: the device
   // memory went with the process; or the snapshot was given up for staging space).
   uint64_t device_tensors_lost = 0;
@@ -118,6 +128,12 @@ class FlightRecorder {
   uint64_t keptBytes() const { return kept_.bytes(); }
   // The newest kept iteration (the one being recorded), or null.
   const Kept::Iteration* newest() const { return kept_.newest(); }
+  // Calls f(iteration, record) for each kept record, oldest iteration first, records in
+  // order, until f returns false.
+  template <typename F>
+  void forEachKept(F&& f) const {
+    kept_.forEach(f);
+  }
 
   // A reported loss; a spike (or a non-finite loss) yields the event to fire.
   std::optional<TriggerEvent> onLoss(uint32_t iteration, double loss);

@@ -108,6 +108,16 @@ class KeptIterations {
     return out;
   }
 
+  // Calls f(number, item) for each item, oldest iteration first, until f returns false.
+  template <typename F>
+  void forEach(F&& f) const {
+    for (const Iteration& it : kept_) {
+      for (const Item& item : it.items) {
+        if (!f(it.number, item)) return;
+      }
+    }
+  }
+
   // The newest iteration (the one being recorded), or null.
   const Iteration* newest() const { return kept_.empty() ? nullptr : &kept_.back(); }
 

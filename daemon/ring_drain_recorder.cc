@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "base/element_count.h"
@@ -38,6 +39,24 @@ void checkValues(OpTask& task) {
     if (inf && task.inf_view == OpTask::kNoView) task.inf_view = static_cast<uint32_t>(i);
     if (task.nan_view != OpTask::kNoView && task.inf_view != OpTask::kNoView) return;
   }
+}
+
+// The first kept record, oldest iteration first, holding a NaN or an infinity (its checks are
+// done: waitChecks()).
+std::optional<TriggerEvent::NonFinite> firstNonFinite(const FlightRecorder& recorder) {
+  if (!recorder.checksValues()) return std::nullopt;
+  std::optional<TriggerEvent::NonFinite> found;
+  recorder.forEachKept([&](uint32_t iteration, const KeptRecord& r) {
+    const OpTask& t = *r.task;
+    const uint32_t at = std::min(t.nan_view, t.inf_view);
+    if (at == OpTask::kNoView) return true;
+    const storage::TensorView& v = t.views[at];
+    found = TriggerEvent::NonFinite{
+        iteration, std::string(t.op.opName()),
+        std::string(storage::ioName(v.io)) + " " + std::to_string(v.slot), at == t.nan_view};
+    return false;
+  });
+  return found;
 }
 
 }  // namespace
@@ -171,6 +190,7 @@ void RingDrain::fire(TriggerEvent e) {
   }
   // Checks of kept records must be done before they are written.
   waitChecks();
+  e.first_nonfinite = firstNonFinite(*recorder_);
   std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
   kept_memos_.clear();  // all of them are written now, in order
   const config::SavedData saved = recorder_->plan().saved_data;

@@ -265,6 +265,42 @@ TEST_F(RingDrainTest, AnInfinityAfterANanInTheSameRecordFiresAnInfOnlyRecorder) 
   d->finish();
 }
 
+TEST_F(RingDrainTest, WhateverFiresFirstTheTriggerNamesTheFirstNonFiniteOp) {
+  // A loss spike fires during iteration 3 before its NaN check would (max_triggers 1): the
+  // trigger still names the first NaN in the kept iterations, op and tensor.
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  auto d = make(recorderConfig(
+      R"({"triggers": ["loss_spike", "nan", "inf"], "saved_data": "full", "after_steps": 0,
+          "loss_spike": {"window": 2, "factor": 2.0}})"));
+  const auto loss = [&](uint32_t iteration, double value) {
+    v1::Control ctl;
+    ctl.mutable_loss()->set_iteration(iteration);
+    ctl.mutable_loss()->set_value(value);
+    ring_.control(ctl);
+  };
+  for (uint32_t it = 1; it <= 2; ++it) {
+    ring_.step(0, it);
+    ring_.op("fine", it, {1.0f});
+    loss(it, 1.0);
+  }
+  ring_.step(0, 3);
+  ring_.op("fine", 3, {1.0f});
+  ring_.op("first_bad", 3, {kNan});
+  ring_.op("later_bad", 3, {kNan});
+  loss(3, 50.0);
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "loss_spike");
+  EXPECT_EQ(lines[0]["first_nonfinite"],
+            nlohmann::json::parse(
+                R"({"iteration": 3, "op": "first_bad", "tensor": "output 0", "value": "nan"})"));
+  EXPECT_NE(recorderStatus(*d).last_trigger().find("first NaN: first_bad output 0 at iteration 3"),
+            std::string::npos)
+      << recorderStatus(*d).last_trigger();
+}
+
 TEST_F(RingDrainTest, ALossSpikeWritesTheKeptIterations) {
   auto d = make(recorderConfig(
       R"({"triggers": ["loss_spike"], "saved_data": "full", "after_steps": 0,
