@@ -63,6 +63,13 @@ class RingDrainTest : public ::testing::Test {
     return "Add." + name + ".0.0." + std::to_string(sequence) +
            ".output.0.DefaultFormat.float32.npy";
   }
+  // Commits the loss the client reports for `iteration`.
+  void reportLoss(uint32_t iteration, double value) {
+    v1::Control ctl;
+    ctl.mutable_loss()->set_iteration(iteration);
+    ctl.mutable_loss()->set_value(value);
+    ring_.control(ctl);
+  }
   // The lines of triggers.jsonl, parsed.
   std::vector<nlohmann::json> triggerLines() const {
     std::vector<nlohmann::json> out;

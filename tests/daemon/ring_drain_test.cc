@@ -272,22 +272,16 @@ TEST_F(RingDrainTest, WhateverFiresFirstTheTriggerNamesTheFirstNonFiniteOp) {
   auto d = make(recorderConfig(
       R"({"triggers": ["loss_spike", "nan", "inf"], "saved_data": "full", "after_steps": 0,
           "loss_spike": {"window": 2, "factor": 2.0}})"));
-  const auto loss = [&](uint32_t iteration, double value) {
-    v1::Control ctl;
-    ctl.mutable_loss()->set_iteration(iteration);
-    ctl.mutable_loss()->set_value(value);
-    ring_.control(ctl);
-  };
   for (uint32_t it = 1; it <= 2; ++it) {
     ring_.step(0, it);
     ring_.op("fine", it, {1.0f});
-    loss(it, 1.0);
+    reportLoss(it, 1.0);
   }
   ring_.step(0, 3);
   ring_.op("fine", 3, {1.0f});
   ring_.op("first_bad", 3, {kNan});
   ring_.op("later_bad", 3, {kNan});
-  loss(3, 50.0);
+  reportLoss(3, 50.0);
   ASSERT_TRUE(drainAll(*d));
   d->finish();
   const std::vector<nlohmann::json> lines = triggerLines();
@@ -305,17 +299,11 @@ TEST_F(RingDrainTest, ALossSpikeWritesTheKeptIterations) {
   auto d = make(recorderConfig(
       R"({"triggers": ["loss_spike"], "saved_data": "full", "after_steps": 0,
           "loss_spike": {"window": 2, "factor": 2.0}})"));
-  const auto loss = [&](uint32_t iteration, double value) {
-    v1::Control ctl;
-    ctl.mutable_loss()->set_iteration(iteration);
-    ctl.mutable_loss()->set_value(value);
-    ring_.control(ctl);
-  };
   std::vector<uint64_t> seq;
   for (uint32_t it = 1; it <= 3; ++it) {
     ring_.step(0, it);
     seq.push_back(ring_.op("x", it, {static_cast<float>(it)}));
-    loss(it, it == 3 ? 5.0 : 1.0);
+    reportLoss(it, it == 3 ? 5.0 : 1.0);
   }
   ASSERT_TRUE(drainAll(*d));
   // Journalled once iteration 3, its last, is done: here when the session ends.
