@@ -57,7 +57,9 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   ctl.mutable_step()->set_graph_id(graph_id);
   ctl.mutable_step()->set_iteration(iteration);
   ctl.mutable_step()->set_selection_generation(m.selection_generation);
-  return m.sendControl(ctl, nullptr, 0);
+  Status sent = m.sendControl(ctl, nullptr, 0);
+  if (sent) m.ring->publishStep(iteration);  // for the daemon's status: the job's step
+  return sent;
 }
 
 Status Client::trigger(std::string_view reason) {

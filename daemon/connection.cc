@@ -205,8 +205,9 @@ void Connection::handleHello(const v1::Hello& h) {
     sendErrorAndClose(v1::Error::SHUTTING_DOWN, "dumpd is shutting down");
     return;
   }
-  if (auto refused = server_.admitSession(peer_.uid)) {
-    sendErrorAndClose(v1::Error::RESOURCE_EXHAUSTED, *refused);
+  Result<uint64_t> session_id = server_.admitSession(peer_.uid);
+  if (!session_id) {
+    sendErrorAndClose(v1::Error::RESOURCE_EXHAUSTED, session_id.error().message);
     return;
   }
   idle_timer_->cancel();
@@ -214,8 +215,9 @@ void Connection::handleHello(const v1::Hello& h) {
   UniqueFd ring = std::move(fds_[kHelloRingFd]);
   UniqueFd root = std::move(fds_[kHelloRootFd]);
   fds_.clear();
-  session_ = std::make_shared<DumpSession>(server_.sessionContext(), weak_from_this(), id_, peer_,
-                                           h, std::move(ring), std::move(root));
+  session_ =
+      std::make_shared<DumpSession>(server_.sessionContext(), weak_from_this(), session_id.value(),
+                                    peer_, h, std::move(ring), std::move(root));
   session_->start();
 }
 

@@ -390,6 +390,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
   const RingDrain& d = *drain_;
   out->set_graph_id(d.graphId());
   out->set_iteration(d.iteration());
+  if (std::optional<uint32_t> job = d.ring().producerStep()) out->set_job_iteration(*job);
   out->set_ring_used_bytes(d.ring().usedBytes());
   out->set_ring_capacity_bytes(d.ring().capacity());
   out->set_client_dropped_tensors(d.clientDroppedTensors());

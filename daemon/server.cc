@@ -197,19 +197,21 @@ void Server::serve(asio::local::stream_protocol::socket socket) {
   c->start();
 }
 
-std::optional<std::string> Server::admitSession(uid_t uid) {
+Result<uint64_t> Server::admitSession(uid_t uid) {
   if (sessions_ >= settings_.max_sessions) {
-    return "session limit reached (" + std::to_string(settings_.max_sessions) +
-           " sessions, max_sessions in the daemon settings)";
+    return makeError(ErrorCode::kUnavailable,
+                     "session limit reached (" + std::to_string(settings_.max_sessions) +
+                         " sessions, max_sessions in the daemon settings)");
   }
   if (sessions_per_uid_[uid] >= settings_.max_sessions_per_uid) {
-    return "uid " + std::to_string(uid) + " has " + std::to_string(settings_.max_sessions_per_uid) +
-           " dump sessions open (max_sessions_per_uid in the daemon settings)";
+    return makeError(ErrorCode::kUnavailable,
+                     "uid " + std::to_string(uid) + " has " +
+                         std::to_string(settings_.max_sessions_per_uid) +
+                         " dump sessions open (max_sessions_per_uid in the daemon settings)");
   }
   ++sessions_;
   ++sessions_per_uid_[uid];
-  ++sessions_total_;
-  return std::nullopt;
+  return ++sessions_total_;
 }
 
 bool Server::chargeFrameBytes(uint64_t n) {

@@ -64,8 +64,9 @@ class Server {
   std::string statusLine() const;  // one line for sd_notify STATUS=
 
   // Connection callbacks (io thread).
-  // nullopt when `uid` may open one more dump session; otherwise why not.
-  std::optional<std::string> admitSession(uid_t uid);
+  // The new session's id when `uid` may open one more dump session (ids number sessions
+  // only, 1, 2, ...: status's total is the last id); otherwise an error saying why not.
+  Result<uint64_t> admitSession(uid_t uid);
   bool chargeFrameBytes(uint64_t n);
   void releaseFrameBytes(uint64_t n);
   void connectionDone(const std::shared_ptr<Connection>& c);
@@ -106,7 +107,7 @@ class Server {
   uint32_t connections_counted_ = 0;
   uint32_t sessions_ = 0;
   uint64_t pending_frame_bytes_ = 0;
-  uint64_t next_id_ = 1;
+  uint64_t next_id_ = 1;  // connections (dumpctl's too); sessions have their own ids
   uint64_t sessions_total_ = 0;
   v1::Counts closed_totals_;  // figures of sessions that ended
   uint64_t closed_write_errors_ = 0;

@@ -100,6 +100,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["path"] = s.path();
     o["graph_id"] = s.graph_id();
     o["iteration"] = s.iteration();
+    if (s.has_job_iteration()) o["job_iteration"] = s.job_iteration();
     o["ring_used_bytes"] = s.ring_used_bytes();
     o["ring_capacity_bytes"] = s.ring_capacity_bytes();
     o["state"] = s.state();
@@ -200,7 +201,11 @@ std::string statusToTable(const v1::StatusReply& r) {
                               ? 0
                               : 100.0 * static_cast<double>(s.ring_used_bytes()) /
                                     static_cast<double>(s.ring_capacity_bytes());
-      const std::string step = std::to_string(s.graph_id()) + "/" + std::to_string(s.iteration());
+      // The job's step (its client says), and how many steps the daemon's reading is behind.
+      std::string step = std::to_string(s.has_job_iteration() ? s.job_iteration() : s.iteration());
+      if (s.has_job_iteration() && s.job_iteration() > s.iteration()) {
+        step += " (-" + std::to_string(s.job_iteration() - s.iteration()) + ")";
+      }
       std::snprintf(line, sizeof line,
                     "%-4llu %-8d %-4u %-4u %-16.16s %-10s %10llu %10s %8llu %5.0f%% %-9s %-3.3s\n",
                     static_cast<unsigned long long>(s.id()), s.pid(), s.rank(), s.device(),

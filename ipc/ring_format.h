@@ -72,6 +72,10 @@ struct RingControl {
   alignas(64) std::atomic<uint32_t> fetch_generation;
   std::atomic<uint32_t> fetch_through_iteration;
   std::atomic<uint64_t> fetch_from_sequence;
+  // Producer-owned, informational (untrusted, for status only): the iteration of the job's
+  // last step mark plus one, stored once the mark is committed (0: none yet, or a client
+  // older than this field, whose memfd leaves it zero).
+  alignas(64) std::atomic<uint64_t> producer_step;
 };
 static_assert(sizeof(RingControl) <= kRingControlBytes);
 static_assert(offsetof(RingControl, head) == 64);

@@ -186,6 +186,10 @@ void RingProducer::commit(uint64_t sequence) {
 
 void RingProducer::wakeConsumer() { futexBumpAndWake(control()->data_wake); }
 
+void RingProducer::publishStep(uint32_t iteration) {
+  control()->producer_step.store(uint64_t{iteration} + 1, std::memory_order_relaxed);
+}
+
 void RingProducer::voidRecord(uint64_t sequence, uint32_t tensors_lost) {
   {
     MutexLock lock(&shared_->mu);
@@ -449,6 +453,12 @@ uint64_t RingConsumer::usedBytes() const {
   const uint64_t head = control()->head.load(std::memory_order_relaxed);
   const uint64_t released = released_.load(std::memory_order_relaxed);
   return head >= released ? head - released : 0;
+}
+
+std::optional<uint32_t> RingConsumer::producerStep() const {
+  const uint64_t v = control()->producer_step.load(std::memory_order_relaxed);
+  if (v == 0 || v > uint64_t{UINT32_MAX} + 1) return std::nullopt;
+  return static_cast<uint32_t>(v - 1);
 }
 
 uint64_t RingConsumer::droppedRecords() const {

@@ -88,6 +88,8 @@ class RingProducer {
   // Wakes the daemon's consumer whatever it waits for (it fetched tensors kept on the
   // device, and they are filled now). Any thread; never blocks.
   void wakeConsumer();
+  // Publishes the iteration of the step mark just committed (RingControl::producer_step).
+  void publishStep(uint32_t iteration);
 
   // Sleeps until a record with `body_bytes` could be reserved, the daemon closes the session,
   // or timeout_ms (>= 0) passes. Returns true when it fits now.
@@ -193,6 +195,9 @@ class RingConsumer {
   uint64_t readNotReleased() const { return read_ - released_.load(std::memory_order_acquire); }
   uint64_t droppedRecords() const;
   uint64_t droppedTensors() const;
+  // The iteration of the job's last step mark as the client says (untrusted: status only);
+  // nullopt before its first one, or from a client that does not say. Any thread.
+  std::optional<uint32_t> producerStep() const;
 
  private:
   RingConsumer(UniqueFd fd, RingMapping map, uint64_t capacity);

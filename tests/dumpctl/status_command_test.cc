@@ -37,5 +37,21 @@ TEST(StatusCommand, AnUnchangedSelectionIsNotMentioned) {
   EXPECT_THAT(statusToTable(withSession("", false)), Not(HasSubstr("changed at runtime")));
 }
 
+TEST(StatusCommand, TheStepColumnIsTheJobsStepAndHowFarBehindTheDaemonIs) {
+  v1::StatusReply r = withSession("", false);
+  v1::SessionStatus* s = r.mutable_sessions(0);
+  s->set_graph_id(0);
+  s->set_iteration(17);
+  s->set_job_iteration(20);
+  EXPECT_THAT(statusToTable(r), HasSubstr(" 20 (-3) "));
+  EXPECT_EQ(statusToJson(r)["sessions"][0]["job_iteration"], 20);
+  s->set_job_iteration(17);  // caught up
+  EXPECT_THAT(statusToTable(r), HasSubstr(" 17 "));
+  EXPECT_THAT(statusToTable(r), Not(HasSubstr("(-")));
+  s->clear_job_iteration();  // a client that does not say: the daemon's own step
+  EXPECT_THAT(statusToTable(r), HasSubstr(" 17 "));
+  EXPECT_FALSE(statusToJson(r)["sessions"][0].contains("job_iteration"));
+}
+
 }  // namespace
 }  // namespace dumpd::dumpctl

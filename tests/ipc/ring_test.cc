@@ -180,6 +180,17 @@ TEST(Ring, TheCommittedPositionIsCappedAtOneRingBeyondWhatWasReleased) {
   EXPECT_EQ(r.consumer.committedPosition(), r.consumer.capacity());
 }
 
+TEST(Ring, TheProducersStepIsPublishedForStatusAndAForgedOneIsIgnored) {
+  Pair r = makePair(kMinRingBytes);
+  EXPECT_EQ(r.consumer.producerStep(), std::nullopt);  // none yet (or an older client)
+  r.producer.publishStep(0);
+  EXPECT_EQ(r.consumer.producerStep(), 0u);
+  r.producer.publishStep(UINT32_MAX);
+  EXPECT_EQ(r.consumer.producerStep(), UINT32_MAX);
+  r.producer.control()->producer_step.store(uint64_t{1} << 40);  // not an iteration
+  EXPECT_EQ(r.consumer.producerStep(), std::nullopt);
+}
+
 TEST(Ring, SequenceGapIsAnError) {
   Pair r = makePair(kMinRingBytes);
   std::byte* body = r.producer.tryReserve(RecordKind::kOp, 16);

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
+import subprocess
 import threading
 from pathlib import Path
 
@@ -488,3 +490,25 @@ def test_dump_mode_2_dumps_only_marked_ops(daemon: Daemon, tmp_path: Path) -> No
         counts = client.flush()
     assert counts["tensors_written"] == 3
     assert sorted(f.op_type for f in dump_files(tmp_path / "dump")) == ["Mul", "Sub", "Sub"]
+
+
+def test_session_ids_number_sessions_and_match_the_total(config: Path) -> None:
+    """Session ids count dump sessions only (not dumpctl's connections), so the ids and
+    status's total tell the same story (issue 38: ids 2, 6, 19 beside "11 total")."""
+    d = start_daemon()
+    try:
+        def status() -> dict:
+            out = subprocess.run([os.environ["DUMPCTL_BIN"], "--socket", d.socket, "status",
+                                  "--json"], capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0, out.stderr
+            return json.loads(out.stdout)
+
+        ids = []
+        for _ in range(3):
+            status()  # a connection, not a session
+            with dumpd.Client(str(config), socket=d.socket) as client:
+                ids.append(client.stats()["session_id"])
+        assert ids == [1, 2, 3]
+        assert status()["totals"]["sessions_total"] == 3
+    finally:
+        stop_daemon(d)
