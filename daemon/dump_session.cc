@@ -293,7 +293,8 @@ void DumpSession::drainLoop() {
     maybeRefresh();
     drain_->releaseAnswered();  // a late answer to a fetch gives its ring space back
     // The flight recorder gives kept iterations back rather than let training wait for space.
-    if (drain_->recorderHoldsSpace() && ring.producerWaiting() && drain_->freeRecorderSpace()) {
+    if (drain_->recorderHoldsSpace() && ring.producerWaiting() &&
+        drain_->freeRecorderSpace(/*producer_waits=*/true)) {
       continue;
     }
     ring.waitForData(kIdleWaitMs, drain_->recorderHoldsSpace());

@@ -218,6 +218,7 @@ void FlightRecorder::fillStatus(v1::RecorderStatus* out) const {
   out->set_last_trigger(*last_trigger_.load());
   out->set_warning(*warning_.load());
   out->set_discarded_for_space(discarded_for_space_.load(std::memory_order_relaxed));
+  out->set_producer_waits(producer_waits_.load(std::memory_order_relaxed));
   out->set_refused_for_memory(refused_for_memory_.load(std::memory_order_relaxed));
 }
 

@@ -145,6 +145,9 @@ class FlightRecorder {
 
   // The status warning (ring or max_bytes too small for `steps` iterations), once.
   void setWarning(std::string warning);
+  bool hasWarning() const { return !warning_.load()->empty(); }
+  // Training waited for ring space while this recorder held some (counted for status).
+  void countProducerWait() { producer_waits_.fetch_add(1, std::memory_order_relaxed); }
   void fillStatus(v1::RecorderStatus* out) const;
 
  private:
@@ -169,6 +172,7 @@ class FlightRecorder {
   std::atomic<uint64_t> kept_bytes_{0};
   std::atomic<uint64_t> not_whole_{0};
   std::atomic<uint64_t> discarded_for_space_{0};
+  std::atomic<uint64_t> producer_waits_{0};
   std::atomic<uint64_t> refused_for_memory_{0};
   std::atomic<uint32_t> triggers_{0};
   Snapshot<std::string> last_trigger_;

@@ -85,7 +85,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   bool recorderExhausted() const { return recorder_ && recorder_->exhausted(); }
   bool recorderHoldsSpace() const { return recorder_ && recorder_->keptBytes() != 0; }
   // Releases kept records for a producer waiting for space; false when there were none.
-  bool freeRecorderSpace();
+  // `producer_waits`: training is waiting for that space (counted, and said once in the log
+  // and status with the ring size that would avoid it).
+  bool freeRecorderSpace(bool producer_waits = false);
   // Releases the records of an unanswered fetch whose client has answered since, or is gone
   // (`all`: the session ends). Cheap when there are none; the session thread calls it when
   // idle and at each step.

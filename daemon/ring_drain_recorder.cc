@@ -140,8 +140,23 @@ void RingDrain::releaseKept(std::vector<KeptRecord> records) {
   }
 }
 
-bool RingDrain::freeRecorderSpace() {
+bool RingDrain::freeRecorderSpace(bool producer_waits) {
   if (!recorder_) return false;
+  if (producer_waits && recorder_->keptBytes() != 0) {
+    recorder_->countProducerWait();
+    if (!recorder_->hasWarning()) {
+      const auto mib = [](uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20); };
+      const uint64_t need =
+          recorder_->largestIterationBytes() * recorder_->plan().steps + headroom();
+      const std::string why = "training waited for ring space the recorder held (" +
+                              mib(recorder_->keptBytes()) + " MiB kept; the daemon fell behind " +
+                              "or the ring is small); a ring_bytes of " + mib(need) +
+                              " MiB would keep " + std::to_string(recorder_->plan().steps) +
+                              " iterations and the room the producer needs";
+      spdlog::warn("session {}: flight recorder: {}", id_, why);
+      recorder_->setWarning(why);
+    }
+  }
   std::vector<KeptRecord> freed = recorder_->discardForSpace();
   if (freed.empty()) return false;
   releaseKept(std::move(freed));

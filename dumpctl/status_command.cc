@@ -128,6 +128,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
                        {"not_kept_whole", f.not_kept_whole()},
                        {"discarded_for_space", f.discarded_for_space()},
                        {"refused_for_memory", f.refused_for_memory()},
+                       {"producer_waits", f.producer_waits()},
                        {"triggers", f.triggers()},
                        {"last_trigger", f.last_trigger()},
                        {"warning", f.warning()}};
@@ -154,6 +155,9 @@ std::string recorderLine(const v1::RecorderStatus& f) {
   if (f.not_kept_whole() != 0 || f.discarded_for_space() != 0) {
     s += ", " + std::to_string(f.not_kept_whole()) + " not kept whole, " +
          std::to_string(f.discarded_for_space()) + " discarded for ring space";
+  }
+  if (f.producer_waits() != 0) {
+    s += ", training waited for ring space " + std::to_string(f.producer_waits()) + " time(s)";
   }
   if (f.refused_for_memory() != 0) {
     s += ", " + std::to_string(f.refused_for_memory()) +

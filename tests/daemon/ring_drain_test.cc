@@ -411,5 +411,26 @@ TEST_F(RingDrainTest, FreeingRecorderSpaceReleasesTheOldestIterationFirst) {
   EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
 }
 
+TEST_F(RingDrainTest, TrainingThatWaitsForRecorderSpaceIsCountedAndSaysTheRingThatAvoidsIt) {
+  auto d = make(recorderConfig(R"({"steps": 3})"));
+  ring_.step(0, 1);
+  ring_.op("a", 1, {1.0f});
+  ring_.step(0, 2);
+  ring_.op("b", 2, {2.0f});
+  ASSERT_TRUE(drainAll(*d));
+  ASSERT_TRUE(d->freeRecorderSpace(/*producer_waits=*/true));
+  ASSERT_TRUE(d->freeRecorderSpace(/*producer_waits=*/true));
+  const v1::RecorderStatus st = recorderStatus(*d);
+  EXPECT_EQ(st.producer_waits(), 2u);
+  EXPECT_NE(st.warning().find("training waited for ring space the recorder held"),
+            std::string::npos)
+      << st.warning();
+  EXPECT_NE(st.warning().find("a ring_bytes of "), std::string::npos) << st.warning();
+  // Nothing held: a wait is not the recorder's doing, and is not counted.
+  EXPECT_FALSE(d->freeRecorderSpace(/*producer_waits=*/true));
+  EXPECT_EQ(recorderStatus(*d).producer_waits(), 2u);
+  d->finish();
+}
+
 }  // namespace
 }  // namespace dumpd::daemon::testing
