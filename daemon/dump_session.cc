@@ -95,6 +95,10 @@ void DumpSession::run() {
     producer_pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, peer_.pid, 0)));
   }
   if (setUp()) {
+    // A flight recorder holds ring space that only this thread gives back: at SCHED_IDLE, on
+    // a node whose cores training keeps busy, it got no CPU and training waited for the
+    // space (issue 38). It reads, checks and keeps; the writing stays on the idle writers.
+    if (drain_->hasRecorder()) applyWorkerPriority(false);
     drainLoop();
     takeOperatorRequests();  // journal lines and a trigger that came at the very end
     const bool shutdown = shutdown_.load();
@@ -261,6 +265,11 @@ void DumpSession::drainLoop() {
       if (!drain_->handle(*r.value())) {
         endCorrupt(drain_->error());
         return;
+      }
+      // Behind the producer, with a record larger than the recorder's margin coming: kept
+      // iterations go back before training waits any longer.
+      if (drain_->recorderHoldsSpace() && ring.producerWaiting()) {
+        drain_->freeRecorderSpace(/*producer_waits=*/true);
       }
       continue;
     }

@@ -28,8 +28,8 @@ struct OpTask {
   // Set for iterations the flight recorder writes: its section's saved_data.
   std::optional<config::SavedData> saved_data;
 
-  // The flight recorder's check of a kept record (written by the check task before it holds
-  // the record, read by the session thread after RingDrain::waitChecks()): the first view
+  // The flight recorder's check of a kept record (written by the session thread as it keeps
+  // the record, read when the step ends or a trigger fires): the first view
   // holding a NaN and the first holding an infinity (each trigger can be off on its own).
   static constexpr uint32_t kNoView = UINT32_MAX;
   uint32_t nan_view = kNoView;

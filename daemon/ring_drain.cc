@@ -88,6 +88,13 @@ bool RingDrain::fail(std::string message) {
 }
 
 bool RingDrain::handle(const ipc::RingConsumer::Record& r) {
+  if (!dispatch(r)) return false;
+  // After every record, a step mark or a loss too: the producer may have used the room.
+  if (recorderHoldsSpace()) keepRoomForProducer();
+  return true;
+}
+
+bool RingDrain::dispatch(const ipc::RingConsumer::Record& r) {
   switch (r.kind) {
     case ipc::RecordKind::kPad:
       release_.push(r.end, 0, true);

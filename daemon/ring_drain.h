@@ -82,6 +82,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Flight recorder (session thread). Whether it keeps records the ring needs for a producer
   // that waits for space (the drain loop then asks to be woken for that, and frees them).
   // The flight recorder stopped for good (max_triggers). Any thread.
+  bool hasRecorder() const { return recorder_ != nullptr; }
   bool recorderExhausted() const { return recorder_ && recorder_->exhausted(); }
   bool recorderHoldsSpace() const { return recorder_ && recorder_->keptBytes() != 0; }
   // Releases kept records for a producer waiting for space; false when there were none.
@@ -150,6 +151,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // back to an older one (ring_drain_control.cc).
   void takeSelection(uint64_t named, uint32_t from_iteration);
   void applySelection(const Selection& s, uint32_t from_iteration, std::string_view how);
+  // handle() without the recorder's room check.
+  bool dispatch(const ipc::RingConsumer::Record& r);
   bool handleOp(const ipc::RingConsumer::Record& r);
   // Step marks, graphs, constants, triggers, losses (ring_drain_control.cc).
   bool handleControl(const ipc::RingConsumer::Record& r);
@@ -159,14 +162,15 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
 
   // Flight recorder (ring_drain_recorder.cc), session thread.
   // Keeps a record of a recorded iteration (pushed in flight): checks it for NaN and
-  // infinities on the pool when a trigger needs that, then holds it.
+  // infinities when a trigger needs that, then holds it.
   void keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t ring_bytes);
+  // Gives kept iterations back, oldest first, until the producer has room for its records
+  // (handle(), after every record while the recorder holds space).
+  void keepRoomForProducer();
   // Releases records the recorder gave back (their dump-once memos say why).
   void releaseKept(std::vector<KeptRecord> records);
   // The NaN/infinity trigger over `iteration`, which just completed.
   void checkNonFinite(uint32_t iteration);
-  // Blocks until every NaN/infinity check submitted is done.
-  void waitChecks();
   void fire(TriggerEvent e);
   // A record of `iteration` went to the writers: the open trigger counts it.
   void noteWritten(uint32_t iteration) {
@@ -179,9 +183,10 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // may be that far ahead of the drain), and twice the largest record with its header (one
   // that does not fit before the ring's end needs a pad record as well).
   uint64_t headroom() const {
-    return (recorder_ ? recorder_->largestIterationBytes() : 0) +
-           2 * (largest_record_ + 2 * ipc::kRecordAlign);
+    return (recorder_ ? recorder_->largestIterationBytes() : 0) + recordRoom();
   }
+  // Room for the producer's next record: twice the largest record with its header.
+  uint64_t recordRoom() const { return 2 * (largest_record_ + 2 * ipc::kRecordAlign); }
   // Tensors kept on the client's device (ring_drain_deferred.cc), session thread.
   // Checks a PayloadKind::kDeferred tensor's size, dtype and flags; false (after fail())
   // when the record is corrupt.
@@ -256,10 +261,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // The trigger whose iterations are being written (journalled when they are done).
   std::optional<TriggerOutcome> trigger_;
   bool recorder_sized_ = false;
-  Mutex checks_mu_;  // never held across anything but the count
-  CondVar checks_cv_;
-  uint64_t checks_ GUARDED_BY(checks_mu_) = 0;  // checks submitted, not done
-  uint64_t largest_record_ = 0;                 // ring bytes of the largest record seen
+  uint64_t largest_record_ = 0;  // ring bytes of the largest record seen
   std::function<bool()> producer_alive_;
   uint64_t device_staging_ = 0;
   std::chrono::milliseconds fetch_timeout_{30000};

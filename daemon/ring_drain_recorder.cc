@@ -18,7 +18,7 @@
 namespace dumpd::daemon {
 namespace {
 
-// Records the first view of `task` holding a NaN, and the first holding an infinity (pool
+// Records the first view of `task` holding a NaN, and the first holding an infinity (session
 // thread).
 void checkValues(OpTask& task) {
   for (size_t i = 0; i < task.views.size(); ++i) {
@@ -41,8 +41,8 @@ void checkValues(OpTask& task) {
   }
 }
 
-// The first kept record, oldest iteration first, holding a NaN or an infinity (its checks are
-// done: waitChecks()).
+// The first kept record, oldest iteration first, holding a NaN or an infinity (each was
+// checked when it was kept).
 std::optional<TriggerEvent::NonFinite> firstNonFinite(const FlightRecorder& recorder) {
   if (!recorder.checksValues()) return std::nullopt;
   std::optional<TriggerEvent::NonFinite> found;
@@ -89,45 +89,35 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
     }
     largest_deferred_iteration_ = std::max(largest_deferred_iteration_, deferred_iteration_bytes_);
   }
-  std::shared_ptr<OpTask> to_check = recorder_->checksValues() ? task : nullptr;
+  // The NaN/infinity check runs here, on the session thread, while the record is at hand.
+  // It once ran on the writers, which run SCHED_IDLE: on a busy node they got no CPU, the
+  // session thread waited for them at every step mark and training waited for ring space
+  // (issue 38). A read of what the client just wrote, it costs less than the client's copy.
+  if (recorder_->checksValues()) checkValues(*task);
   // What keeping it costs: its ring bytes and the daemon memory of its decoded descriptor.
   const uint64_t memory = keptRecordMemory(*task);
   std::vector<KeptRecord> out =
       recorder_->keep(iteration, KeptRecord{std::move(task), slot}, ring_bytes + memory, memory);
-  bool refused = !out.empty() && out.back().slot == slot;  // it did not fit
   releaseKept(std::move(out));
-  // Keep room for the records to come (headroom()), so that the producer neither waits
-  // (block) nor drops (drop) for the recorder.
-  // What the drain has read and not released is held behind the oldest kept record (release
-  // is in order); whatever the producer has committed beyond it is already in the headroom.
-  while (ring_.readNotReleased() + headroom() > ring_.capacity()) {
-    std::vector<KeptRecord> freed = recorder_->discardForSpace();
-    if (freed.empty()) break;
-    for (const KeptRecord& r : freed) refused = refused || r.slot == slot;
-    releaseKept(std::move(freed));
-  }
-  if (refused || to_check == nullptr) return;
-  // The check reads the payload in the ring on a writer thread. Kept records are released
-  // or written only after waitChecks(), so never while their check runs.
-  {
-    MutexLock lock(&checks_mu_);
-    ++checks_;
-  }
-  pool_.submit(id_, 4096, [self = shared_from_this(), to_check] {
-    checkValues(*to_check);
-    MutexLock lock(&self->checks_mu_);
-    if (--self->checks_ == 0) self->checks_cv_.signalAll();
-  });
 }
 
-void RingDrain::waitChecks() {
-  MutexLock lock(&checks_mu_);
-  while (checks_ != 0) checks_cv_.wait(&checks_mu_);
+void RingDrain::keepRoomForProducer() {
+  // Keep room for the records to come, so that the producer neither waits (block) nor drops
+  // (drop) for the recorder: what the drain has read and not released (held behind the
+  // oldest kept record: release is in order) leaves a whole iteration free (headroom()), and
+  // when the drain falls behind (the producer's committed, unread records fill the ring),
+  // kept iterations are given back before the producer runs out of room for its next
+  // record.
+  while (ring_.readNotReleased() + headroom() > ring_.capacity() ||
+         ring_.usedBytes() + recordRoom() > ring_.capacity()) {
+    std::vector<KeptRecord> freed = recorder_->discardForSpace();
+    if (freed.empty()) break;
+    releaseKept(std::move(freed));
+  }
 }
 
 void RingDrain::releaseKept(std::vector<KeptRecord> records) {
   if (records.empty()) return;
-  waitChecks();
   for (KeptRecord& r : records) {
     for (const storage::TensorView& v : r.task->views) {
       if (v.memo != nullptr) {
@@ -168,7 +158,7 @@ void RingDrain::checkNonFinite(uint32_t iteration) {
   const bool inf = recorder_->accepts(config::RecorderTrigger::kInf);
   const FlightRecorder::Kept::Iteration* it = recorder_->newest();
   if ((!nan && !inf) || it == nullptr || it->number != iteration) return;
-  waitChecks();  // then every kept record's check is done; items are in record order
+  // Every kept record was checked when it was kept; items are in record order.
   for (const KeptRecord& r : it->items) {
     const OpTask& t = *r.task;
     // The first view holding a value of a kind this recorder triggers on.
@@ -203,8 +193,6 @@ void RingDrain::fire(TriggerEvent e) {
     closeTrigger("the next trigger, at iteration " + std::to_string(e.iteration) +
                  ", writes what comes of it");
   }
-  // Checks of kept records must be done before they are written.
-  waitChecks();
   e.first_nonfinite = firstNonFinite(*recorder_);
   std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
   kept_memos_.clear();  // all of them are written now, in order

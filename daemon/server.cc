@@ -26,12 +26,13 @@
 namespace dumpd::daemon {
 
 void applyWorkerPriority(bool idle) {
-  if (!idle) return;
   sched_param p{};
-  // Per thread (0 = the caller). Lowering the policy needs no privilege; failure only means
-  // the worker keeps normal priority.
-  if (::sched_setscheduler(0, SCHED_IDLE, &p) != 0) {
-    spdlog::debug("SCHED_IDLE unavailable: {}", strerror(errno));
+  // Per thread (0 = the caller). Lowering the policy needs no privilege, nor does going
+  // back to SCHED_OTHER at nice 0 for root; failure only means the worker keeps its policy.
+  const int policy = idle ? SCHED_IDLE : SCHED_OTHER;
+  if (::sched_getscheduler(0) == policy) return;
+  if (::sched_setscheduler(0, policy, &p) != 0) {
+    spdlog::debug("{} unavailable: {}", idle ? "SCHED_IDLE" : "SCHED_OTHER", strerror(errno));
   }
 }
 

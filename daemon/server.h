@@ -32,7 +32,8 @@ namespace dumpd::daemon {
 
 class Connection;
 
-// Applies the worker scheduling policy of the settings to the calling thread.
+// Applies a worker scheduling policy to the calling thread: SCHED_IDLE (`idle`, the
+// settings' worker_priority "idle") or SCHED_OTHER.
 void applyWorkerPriority(bool idle);
 
 // Bound on a status reply (the wire allows 16 MiB; everyone's `dumpctl status` must work).

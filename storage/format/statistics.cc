@@ -219,18 +219,43 @@ void slicedSha1(ConstBuffer data, uint64_t elements, unsigned char* out) {
   digest(sha1(), asBytes(hexes), out);
 }
 
+// The flight recorder runs this over every kept byte, on the session thread, competing with
+// training for the CPU: it must run at the cache's read rate. The accumulator has the
+// element's width so that the loop vectorises (a bool one stays scalar: 8 GB/s against 25
+// with SSE2, 40-60 with AVX2, on 16 MiB of float32 here).
 template <typename U>
-bool anyNonFinite(const unsigned char* p, uint64_t n, U exponent_mask) {
+inline bool anyNonFiniteLoop(const unsigned char* p, uint64_t n, U exponent_mask) {
   constexpr uint64_t kChunk = 4096;
   for (uint64_t start = 0; start < n; start += kChunk) {
-    uint64_t end = start + kChunk < n ? start + kChunk : n;
-    bool found = false;
+    const uint64_t end = start + kChunk < n ? start + kChunk : n;
+    U found = 0;
     for (uint64_t i = start; i < end; ++i) {
-      found |= (loadUnaligned<U>(p + i * sizeof(U)) & exponent_mask) == exponent_mask;
+      found |= (loadUnaligned<U>(p + i * sizeof(U)) & exponent_mask) == exponent_mask ? U{1} : U{0};
     }
-    if (found) return true;
+    if (found != 0) return true;
   }
   return false;
+}
+
+#if defined(__x86_64__)
+template <typename U>
+__attribute__((target("avx2"))) bool anyNonFiniteAvx2(const unsigned char* p, uint64_t n,
+                                                      U exponent_mask) {
+  return anyNonFiniteLoop<U>(p, n, exponent_mask);
+}
+
+bool hasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+template <typename U>
+bool anyNonFinite(const unsigned char* p, uint64_t n, U exponent_mask) {
+#if defined(__x86_64__)
+  if (hasAvx2()) return anyNonFiniteAvx2<U>(p, n, exponent_mask);
+#endif
+  return anyNonFiniteLoop<U>(p, n, exponent_mask);
 }
 
 // Whether the first zero of a floating tensor (in element order) is -0: the max or min that

@@ -429,3 +429,37 @@ def test_dumpctl_trigger_usage_errors() -> None:
     out = subprocess.run([os.environ["DUMPCTL_BIN"], "trigger", "abc"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "'abc' is not a session id" in out.stderr
+
+
+SCHED_OTHER, SCHED_IDLE = 0, 5
+
+
+def session_thread_policies(pid: int) -> List[int]:
+    """The scheduling policy of each of the daemon's session threads (/proc stat field 41)."""
+    policies = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != "dumpd-session":
+                continue
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        # Fields after the command's closing parenthesis start at field 3.
+        policies.append(int(stat[stat.rindex(")") + 2:].split()[41 - 3]))
+    return sorted(policies)
+
+
+def test_a_recorder_sessions_reader_runs_at_normal_priority(daemon: Daemon,
+                                                           tmp_path: Path) -> None:
+    """With worker_priority "idle" (the default), ring readers run SCHED_IDLE; a job with a
+    flight recorder's does not: it alone gives the kept ring space back, and on a node whose
+    cores training keeps busy it got no CPU, so training waited for the space (issue 38)."""
+    (tmp_path / "plain").mkdir()
+    plain = dumpd.Client(str(make_config(tmp_path / "plain", iteration="0")), socket=daemon.socket)
+    wait_for(lambda: session_thread_policies(daemon.proc.pid) == [SCHED_IDLE], 20,
+             "the plain job's reader at SCHED_IDLE")
+    recorded = dumpd.Client(str(recorder_config(tmp_path)), socket=daemon.socket)
+    wait_for(lambda: session_thread_policies(daemon.proc.pid) == [SCHED_OTHER, SCHED_IDLE], 20,
+             "the recorder job's reader at SCHED_OTHER")
+    recorded.close()
+    plain.close()
