@@ -97,6 +97,28 @@ def recorder_rows(row, l):
             "growth << kept" if key == "RssAnon" else "(figure: ring pages mapped)", "MiB")
 
 
+def recorder_busy_rows(row, l):
+    """Rows 9 (busy node) from recorder_bench.py's busy_node line."""
+    base, block = l["step_s"]["none"], l["block_s"]["none"]
+    for mode, st in l["status"].items():
+        st = st or {}
+        print(f"recorder busy {mode}: {l['threads']} torch threads, ring_bytes "
+              f"{l['ring_bytes'] >> 20} MiB, {l['ring_bytes_per_step'][mode] / 1e6:.1f} MB/step, "
+              f"blocked waits {l['blocked_waits'][mode]}, producer waits "
+              f"{st.get('producer_waits', 0)}, discarded for space "
+              f"{st.get('discarded_for_space', 0)}, kept {st.get('kept_iterations', 0)} "
+              f"iterations, warning: {st.get('warning') or '-'}")
+    for mode, target in (("full", "<= 1.10"), ("statistic", "<= 1.05")):
+        step = l["step_s"][mode]
+        row(f"9. busy node: small CNN step, recorder {mode} vs no dump", step, base, step / base,
+            target, "s/step")
+        row(f"9. busy node: {l['steps_timed']} steps and the flush, recorder {mode} vs no dump",
+            l["block_s"][mode], block, l["block_s"][mode] / block, "(figure)", "s")
+        copy = l["dump_call_s_per_step"][mode]
+        row(f"9. busy node: the client's dump calls (the copy) per step, {mode}, vs the step",
+            copy * 1e3, base * 1e3, 1 + copy / base, "(floor)", "ms")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build-release")
@@ -243,8 +265,12 @@ def main():
                 d.stop()
             peaks["recorder"] = d.peak_anon_kib
         for l in lines:
-            recorder_rows(row, l)
-            results["recorder"] = l
+            if l["bench"] == "recorder_busy":
+                recorder_busy_rows(row, l)
+                results["recorder_busy"] = l
+            else:
+                recorder_rows(row, l)
+                results["recorder"] = l
     # Node scale (issue 25): N producer processes against one dumpd vs N raw writers.
     if has_python and "node" in want:
         Path(args.disk_dir).mkdir(parents=True, exist_ok=True)
