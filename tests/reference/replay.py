@@ -1,0 +1,82 @@
+"""The replay producer (issue 39): sends a golden MindSpore run's kernels through dumpd's
+Python client as a training process would, so that dumpd's tree can be compared with the one
+MindSpore wrote. It passes only what a training process knows: the graph's execution order,
+each kernel's op type and full scope name, the iteration, and its inputs and outputs as
+arrays, in execution order. File names are dumpd's to build.
+
+The source is a golden tree dumped with `input_output` 0 and no kernel filter (every input
+and output of every kernel). Kernels whose full name the execution order does not list
+(MindSpore's `Parameter.<name>` files) are sent under the name in their file name.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+# MindSpore's file name: op_type.op_name.task.stream.timestamp.io.slot.format.dtype.npy
+FILE_NAME = re.compile(r"^(?P<type>[^.]+)\.(?P<name>[^.]+)\.(?P<task>\d+)\.(?P<stream>\d+)\."
+                       r"(?P<ts>\d+)\.(?P<io>input|output)\.(?P<slot>\d+)\.(?P<format>[^.]+)\."
+                       r"(?P<dtype>[^.]+)\.npy$")
+
+
+def sanitize(name):
+    """The file-name form of a kernel's full name (MindSpore's GetFileKernelName)."""
+    return re.sub(r"[/\\. ]", "_", name)
+
+
+def execution_order(rank_dir, graph=0):
+    path = rank_dir / "execution_order" / f"ms_execution_order_graph_{graph}.csv"
+    lines = path.read_text().splitlines()
+    if not lines or lines[0] != "NodeExecutionOrder-FullNameWithScope":
+        raise ValueError(f"{path}: unexpected header {lines[:1]}")
+    return lines[1:]
+
+
+def kernels_of(iteration_dir, full_names):
+    """[(op_type, full name, {io: {slot: array}})] of one iteration directory, in the order
+    MindSpore ran them: the execution order, then the rest (parameters) by timestamp."""
+    by_file_name = {sanitize(n): n for n in full_names}
+    ops = {}
+    first_ts = {}
+    for f in iteration_dir.glob("*.npy"):
+        m = FILE_NAME.match(f.name)
+        if not m:
+            raise ValueError(f"{f}: not a MindSpore tensor file name")
+        key = (m["type"], m["name"], int(m["task"]), int(m["stream"]))
+        ops.setdefault(key, {"input": {}, "output": {}})[m["io"]][int(m["slot"])] = np.load(f)
+        first_ts[key] = min(first_ts.get(key, 1 << 63), int(m["ts"]))
+    rank = {sanitize(n): i for i, n in enumerate(full_names)}
+
+    def order(key):
+        return (0, rank[key[1]], 0) if key[1] in rank else (1, 0, first_ts[key])
+
+    out = []
+    for key in sorted(ops, key=order):
+        op_type, file_name, task, stream = key
+        out.append((op_type, by_file_name.get(file_name, file_name), task, stream, ops[key]))
+    return out
+
+
+def slots(tensors):
+    """Arrays by slot, None where a slot has no file."""
+    if not tensors:
+        return []
+    return [tensors.get(i) for i in range(max(tensors) + 1)]
+
+
+def replay(client, golden_rank_dir, net, graph=0):
+    """Sends every iteration of golden_rank_dir/net/graph through `client`, after the
+    execution order; returns the number of kernels sent."""
+    names = execution_order(golden_rank_dir, graph)
+    client.save_execution_order(graph, names)
+    sent = 0
+    graph_dir = golden_rank_dir / net / str(graph)
+    for iteration in sorted(int(p.name) for p in graph_dir.iterdir() if p.name.isdigit()):
+        client.set_step(iteration, graph)
+        for op_type, name, task, stream, io in kernels_of(graph_dir / str(iteration), names):
+            client.dump_op(op_type, name, inputs=slots(io["input"]),
+                           outputs=slots(io["output"]), task_id=task, stream_id=stream)
+            sent += 1
+    client.flush()
+    return sent
