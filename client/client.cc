@@ -47,7 +47,7 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   // Once per step: notice a daemon that ended the session (one non-blocking poll).
   if (!m.closed && m.fatal.empty()) m.pollDaemon();
   if (m.closed || !m.fatal.empty()) return m.dead();
-  if (iteration == m.iteration && graph_id == m.graph_id) return {};
+  if (m.step_marked && iteration == m.iteration && graph_id == m.graph_id) return {};
   m.iteration = iteration;
   m.graph_id = graph_id;
   m.once.clear();
@@ -58,7 +58,10 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   ctl.mutable_step()->set_iteration(iteration);
   ctl.mutable_step()->set_selection_generation(m.selection_generation);
   Status sent = m.sendControl(ctl, nullptr, 0);
-  if (sent) m.ring->publishStep(iteration);  // for the daemon's status: the job's step
+  if (sent) {
+    m.step_marked = true;
+    m.ring->publishStep(iteration);  // for the daemon's status: the job's step
+  }
   return sent;
 }
 

@@ -50,6 +50,7 @@ struct Client::Impl {
   uint64_t session_id = 0;
   uint32_t iteration = 0;
   uint32_t graph_id = 0;
+  bool step_marked = false;  // a step mark was sent: the first set_step(0) must send one too
   bool step_selected = true;
   // The flight recorder records this step (the job does not select it) and keeps its CUDA
   // tensors on the device until a fetch (saved_data other than "statistic", staging on).

@@ -512,3 +512,27 @@ def test_session_ids_number_sessions_and_match_the_total(config: Path) -> None:
         assert status()["totals"]["sessions_total"] == 3
     finally:
         stop_daemon(d)
+
+
+def test_the_first_step_mark_of_iteration_0_is_sent(daemon: Daemon, tmp_path: Path) -> None:
+    """MindSpore counts iterations from 0. The client once skipped set_step(0) as a repeat of
+    its initial step, so iteration 0 was never completed by its step mark: it had no line in
+    ms_global_execution_order when it dumped nothing (found by the real MindSpore, issue 39)
+    and no manifest line until the session closed."""
+    # "0|2" with a kernels list nothing matches: every iteration dumps nothing, yet the
+    # selected ones are listed, as MindSpore lists them.
+    config = make_config(tmp_path, iteration="0|2", dump_mode=1, kernels=["NoSuchOp"])
+    client = dumpd.Client(str(config), socket=daemon.socket)
+    x = np.ones(4, dtype=np.float32)
+    for step in range(4):
+        client.set_step(step)
+        client.dump_op("Add", "Default/Add-op0", inputs=[x], outputs=[x])
+    client.flush()
+    rank = tmp_path / "dump" / "rank_0"
+    manifest = rank / ".dump_metadata" / "manifest.jsonl"
+    # Iterations 0 and 2 are complete before the session ends (3 is still open).
+    lines = [json.loads(l) for l in manifest.read_text().splitlines()]
+    assert [l["iteration"] for l in lines] == [0, 2]
+    client.close()
+    order = rank / "execution_order" / "ms_global_execution_order_graph_0.csv"
+    assert order.read_text() == "0\n2\n"
