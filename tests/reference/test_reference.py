@@ -133,7 +133,8 @@ def test_mindspore_writes_what_dumpd_writes_of_modes_and_names(env):
 
 def test_dumpctl_compare_reads_mindspores_trees(dumpctl, tmp_path):
     """dumpctl compare on two real MindSpore trees of the same seeded run: every tensor
-    pairs up, and the values agree across versions."""
+    pairs up and passes (the versions' CPU kernels differ in the last bits, and 2.10.0 keeps
+    Flatten's input shape on five tensors a step)."""
     if len(ENVS) < 2:
         pytest.fail("pins.txt names fewer than two MindSpore versions")
     left, right = (make_golden.golden_dir(CACHE, e[0], "all") / "dump" for e in ENVS[:2])

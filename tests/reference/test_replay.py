@@ -6,11 +6,7 @@ on purpose, are listed here and in docs/compatibility.md ("Checked against MindS
 """
 
 import json
-import os
-import socket
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -33,32 +29,6 @@ CPU_IGNORES = {"overflow": "op_debug_mode 3", "file_format_bin": "file_format \"
 ONLY_MINDSPORE = {"graphs/ms_output_trace_code_graph_0.ir",
                   "graphs/ms_output_trace_code_graph_0.pb"}
 ONLY_DUMPD = {".dump_metadata/manifest.jsonl"}
-
-
-@pytest.fixture(scope="module")
-def daemon(pytestconfig):
-    binary = pytestconfig.getoption("dumpd")
-    assert os.access(binary, os.X_OK), f"dumpd not found at {binary}"
-    work = Path(tempfile.mkdtemp(prefix="dref", dir="/tmp"))
-    sock = str(work / "d.sock")
-    (work / "dumpd.json").write_text(json.dumps({"min_free_bytes": 0, "writer_threads": 2}))
-    log = open(work / "dumpd.log", "wb")
-    proc = subprocess.Popen([binary, "--socket", sock, "--config", str(work / "dumpd.json")],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while True:
-        assert proc.poll() is None, (work / "dumpd.log").read_text()
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(sock)
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "dumpd's socket never answered"
-            time.sleep(0.05)
-    yield sock
-    proc.terminate()
-    assert proc.wait(timeout=60) == 0, (work / "dumpd.log").read_text()
-    log.close()
 
 
 def normalised(root):

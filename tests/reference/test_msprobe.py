@@ -1,0 +1,65 @@
+"""msprobe reads dumpd's trees (issue 39 §3): the real msprobe 26.2.0 compares MindSpore's own
+graph-mode dump with dumpd's replay of the same run.
+
+msprobe compares two MindSpore graph-mode trees in its auto mode with `--rank` (without it, it
+looks for one process directory and refuses). Its MindSpore code imports the real mindspore,
+so the msprobe environment runs with a MindSpore environment's packages on its path (2.10.0:
+both have numpy 2). It keys files on op name, task, io and slot, and reads dtype and shape
+from the arrays, so dumpd's lower-case dtype text pairs with MindSpore's `Float32`.
+"""
+
+import csv
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import make_golden
+from test_replay import SOURCE, replay_into
+
+CACHE = make_golden.cache_dir()
+MSPROBE = CACHE / "msprobe" / "bin" / "msprobe"
+MINDSPORE_FOR_MSPROBE = "ms-2.10.0"  # a MindSpore msprobe can import (numpy 2)
+
+
+def msprobe_compare(target, golden, out):
+    """Rows of msprobe's compare_result_*.csv files (one file per rank and step)."""
+    site = next((CACHE / MINDSPORE_FOR_MSPROBE / "lib").glob("python3*/site-packages"))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    run = subprocess.run([str(MSPROBE), "compare", "-m", "auto", "-tp", str(target), "-gp",
+                          str(golden), "-o", str(out), "--rank", "0"], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = []
+    for f in sorted(Path(out).glob("compare_result_*.csv")):
+        with open(f, newline="") as fh:
+            rows.extend(csv.DictReader(fh))
+    return rows
+
+
+@pytest.mark.parametrize("env,ms_format", [(e[0], e[1]) for e in make_golden.pins()],
+                         ids=[e[0] for e in make_golden.pins()])
+def test_msprobe_matches_every_tensor_of_dumpds_tree_to_mindspores(daemon, tmp_path, env,
+                                                                  ms_format):
+    (tmp_path / "dumpd").mkdir()
+    ours = replay_into(daemon, env, ms_format, "all", tmp_path / "dumpd") / "LeNet"
+    golden = make_golden.golden_dir(CACHE, env, "all") / "dump" / "rank_0" / "LeNet"
+    rows = msprobe_compare(ours, golden, tmp_path / "msprobe")
+    files = list(golden.rglob("*.npy"))
+    assert len(rows) == len(files) == len(list(ours.rglob("*.npy")))
+    compared = 0
+    for row in rows:
+        assert row["NPU Name"] and row["Bench Name"], row  # paired, both sides
+        assert Path(row["NPU Name"]).parent.name == Path(row["Bench Name"]).parent.name
+        assert row["NPU Dtype"] == row["Bench Dtype"], row
+        assert row["NPU Tensor Shape"] == row["Bench Tensor Shape"], row
+        if row["Cosine"] in ("", "nan", "unsupported"):
+            # msprobe does not compare scalars or one-element tensors; it says so.
+            assert "scalar" in row["Err_message"] or "length 1" in row["Err_message"], row
+            continue
+        assert float(row["Cosine"]) == 1.0, row
+        assert float(row["MaxAbsErr"]) == 0.0, row
+        assert row["Accuracy Reached or Not"] == "Yes", row
+        compared += 1
+    assert compared > len(rows) // 2
