@@ -65,18 +65,40 @@ def slots(tensors):
     return [tensors.get(i) for i in range(max(tensors) + 1)]
 
 
-def replay(client, golden_rank_dir, net, graph=0):
+def perturbed(arrays, seed):
+    """Float arrays with noise as large as their own spread added (a divergent run)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for a in arrays:
+        if a is not None and a.dtype.kind == "f" and a.size > 1:
+            noise = rng.standard_normal(a.shape) * (float(a.std()) + 1e-3)
+            a = (a + noise).astype(a.dtype)
+        out.append(a)
+    return out
+
+
+def replay(client, golden_rank_dir, net, graph=0, perturb=None):
     """Sends every iteration of golden_rank_dir/net/graph through `client`, after the
-    execution order; returns the number of kernels sent."""
+    execution order; returns the number of kernels sent. `perturb`: the full name of a
+    kernel from which on every float output (and every later kernel's float input) gets
+    noise, as in a run that diverges there."""
     names = execution_order(golden_rank_dir, graph)
     client.save_execution_order(graph, names)
     sent = 0
     graph_dir = golden_rank_dir / net / str(graph)
     for iteration in sorted(int(p.name) for p in graph_dir.iterdir() if p.name.isdigit()):
         client.set_step(iteration, graph)
+        diverged = False
         for op_type, name, task, stream, io in kernels_of(graph_dir / str(iteration), names):
-            client.dump_op(op_type, name, inputs=slots(io["input"]),
-                           outputs=slots(io["output"]), task_id=task, stream_id=stream)
+            inputs, outputs = slots(io["input"]), slots(io["output"])
+            if perturb is not None and name == perturb:
+                diverged = True
+                outputs = perturbed(outputs, (iteration, sent))
+            elif diverged:
+                inputs = perturbed(inputs, (iteration, sent, 0))
+                outputs = perturbed(outputs, (iteration, sent, 1))
+            client.dump_op(op_type, name, inputs=inputs, outputs=outputs, task_id=task,
+                           stream_id=stream)
             sent += 1
     client.flush()
     return sent

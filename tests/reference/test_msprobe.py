@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import make_golden
+import replay
 from test_replay import SOURCE, replay_into
 
 CACHE = make_golden.cache_dir()
@@ -63,3 +64,58 @@ def test_msprobe_matches_every_tensor_of_dumpds_tree_to_mindspores(daemon, tmp_p
         assert row["Accuracy Reached or Not"] == "Yes", row
         compared += 1
     assert compared > len(rows) // 2
+
+
+# A kernel in the middle of the forward pass: from it on, the perturbed run diverges.
+DIVERGES_AT = "Default/network-WithLossCell/_backbone-LeNet5/fc2-Dense/MatMul-op0"
+
+
+def test_msprobe_and_dumpctl_compare_agree_on_a_divergent_run(pytestconfig, daemon, tmp_path):
+    """Two dumpd runs of the same net, the second perturbed from DIVERGES_AT on: msprobe and
+    `dumpctl compare` name the same first divergent op, and where they compute the same
+    metric (cosine, max absolute error) they agree within 1e-6."""
+    env, ms_format = make_golden.pins()[-1][:2]
+    runs = {}
+    for name, perturb in (("good", None), ("bad", DIVERGES_AT)):
+        (tmp_path / name).mkdir()
+        runs[name] = replay_into(daemon, env, ms_format, "all", tmp_path / name, perturb)
+    dumpctl = pytestconfig.getoption("dumpctl")
+    out = subprocess.run([dumpctl, "compare", str(runs["bad"]), str(runs["good"]), "-q", "-o",
+                          str(tmp_path / "dumpctl.csv")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    first = next(l for l in out.stdout.splitlines() if l.startswith("first divergence:"))
+    want = replay.sanitize(DIVERGES_AT)
+    assert f" iteration 0 op {want} output.0:" in first, first
+
+    rows = msprobe_compare(runs["bad"] / "LeNet", runs["good"] / "LeNet", tmp_path / "msprobe")
+    failing = [r for r in rows if r["Accuracy Reached or Not"] == "No"]
+    assert failing
+
+    def where(row):  # (step, timestamp, op name, io.slot) from the NPU file name
+        f = Path(row["NPU Name"])
+        m = replay.FILE_NAME.match(f.name)
+        return int(f.parent.name), int(m["ts"]), m["name"], f"{m['io']}.{m['slot']}"
+
+    first_bad = min(failing, key=where)
+    assert where(first_bad)[0] == 0 and where(first_bad)[2:] == (want, "output.0"), first_bad
+
+    # The metrics both compute, tensor by tensor, in iteration 0 (dumpctl's rows come in
+    # execution order, iteration 0 first: each key once an iteration).
+    with open(tmp_path / "dumpctl.csv", newline="") as fh:
+        ours = list(csv.DictReader(fh))
+    per_iteration = len(list((runs["good"] / "LeNet" / "0" / "0").glob("*.npy")))
+    ours = {(r["LeftOp"], r["TensorIndex"]): r for r in ours[:per_iteration]}
+    assert len(ours) == per_iteration
+    checked = 0
+    for row in rows:
+        step, _, op, io = where(row)
+        if step != 0 or row["Cosine"] in ("", "nan", "unsupported"):
+            continue
+        d = ours[(op, io)]
+        for theirs_key, ours_key in (("Cosine", "CosineSimilarity"),
+                                     ("MaxAbsErr", "MaxAbsoluteError")):
+            a, b = float(row[theirs_key]), float(d[ours_key])
+            assert abs(a - b) <= 1e-6 * max(1.0, abs(a)), (op, io, theirs_key, a, b)
+        checked += 1
+    assert checked > per_iteration // 2
