@@ -77,11 +77,26 @@ def perturbed(arrays, seed):
     return out
 
 
-def replay(client, golden_rank_dir, net, graph=0, perturb=None):
+def as_bfloat16(arrays, _seed=None):
+    """float32 arrays rounded to bfloat16 (nearest even) and sent as such: dumpd writes
+    their values as float32, with `bfloat16` in the file name."""
+    out = []
+    for a in arrays:
+        if a is not None and a.dtype == np.float32:
+            u = a.view(np.uint32).astype(np.uint64)
+            one, sixteen = np.uint64(1), np.uint64(16)
+            rounded = (u + np.uint64(0x7FFF) + ((u >> sixteen) & one)) >> sixteen
+            a = (rounded.astype(np.uint16), "bfloat16")
+        out.append(a)
+    return out
+
+
+def replay(client, golden_rank_dir, net, graph=0, perturb=None, change=perturbed):
     """Sends every iteration of golden_rank_dir/net/graph through `client`, after the
     execution order; returns the number of kernels sent. `perturb`: the full name of a
-    kernel from which on every float output (and every later kernel's float input) gets
-    noise, as in a run that diverges there."""
+    kernel from which on every float output (and every later kernel's float input) is
+    changed by `change` (noise: a run that diverges there; as_bfloat16: a run in bfloat16
+    from there)."""
     names = execution_order(golden_rank_dir, graph)
     client.save_execution_order(graph, names)
     sent = 0
@@ -93,10 +108,10 @@ def replay(client, golden_rank_dir, net, graph=0, perturb=None):
             inputs, outputs = slots(io["input"]), slots(io["output"])
             if perturb is not None and name == perturb:
                 diverged = True
-                outputs = perturbed(outputs, (iteration, sent))
+                outputs = change(outputs, (iteration, sent))
             elif diverged:
-                inputs = perturbed(inputs, (iteration, sent, 0))
-                outputs = perturbed(outputs, (iteration, sent, 1))
+                inputs = change(inputs, (iteration, sent, 0))
+                outputs = change(outputs, (iteration, sent, 1))
             client.dump_op(op_type, name, inputs=inputs, outputs=outputs, task_id=task,
                            stream_id=stream)
             sent += 1

@@ -48,9 +48,9 @@ def normalised(root):
     return out
 
 
-def replay_into(sock, env, ms_format, config, out, perturb=None):
+def replay_into(sock, env, ms_format, config, out, perturb=None, change=replay.perturbed):
     """dumpd's tree of the golden SOURCE run of `env` under `config`'s job config file
-    (`perturb`: replay.replay's)."""
+    (`perturb`, `change`: replay.replay's)."""
     import dumpd  # the build's module (PYTHONPATH)
     golden_config = make_golden.golden_dir(CACHE, env, config) / "data_dump.json"
     golden_path = str(make_golden.golden_dir(CACHE, env, config) / "dump")
@@ -60,7 +60,7 @@ def replay_into(sock, env, ms_format, config, out, perturb=None):
     job.write_text(text.replace(json.dumps(golden_path), json.dumps(str(out / "dump"))))
     source = make_golden.golden_dir(CACHE, env, SOURCE) / "dump" / "rank_0"
     with dumpd.Client(str(job), socket=sock, ms_format=ms_format) as client:
-        replay.replay(client, source, "LeNet", perturb=perturb)
+        replay.replay(client, source, "LeNet", perturb=perturb, change=change)
         counts = client.flush()
     assert counts["tensors_failed"] == 0 and counts["tensors_dropped"] == 0, counts
     return out / "dump" / "rank_0"
