@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pins import read_pins  # beside this file
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
@@ -30,12 +32,7 @@ RUN_TIMEOUT_S = 300
 
 def pins():
     """[(name, ms_format, requirements)] of pins.txt, MindSpore environments only."""
-    out = []
-    for line in (HERE / "pins.txt").read_text().splitlines():
-        fields = line.split("#", 1)[0].split()
-        if len(fields) >= 3 and fields[1] != "-":
-            out.append((fields[0], fields[1], fields[2:]))
-    return out
+    return [p for p in read_pins() if p[1] != "-"]
 
 
 def configs():
