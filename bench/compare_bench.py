@@ -5,17 +5,28 @@ computed on real differences) of float32 .npy files with MindSpore names, reads 
 bring them into the page cache, then times `cat LEFT/* RIGHT/* > /dev/null` (the reference:
 reading the bytes and nothing else), `dumpctl compare LEFT RIGHT -q -o CSV` on every core,
 and the same with `-j 1` (how it scales). Prints one JSON line.
+
+With `--msprobe-cache` (scripts/install-reference's cache), also times msprobe's compare of
+MindSpore graph-mode dumps (`msprobe compare -m auto --rank 0`, mindstudio-probe as pinned in
+tests/reference/pins.txt) against `dumpctl compare` on the same two trees of about 1 GB in
+all, in the same run, and prints a second JSON line.
 """
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reference"))
+from pins import mindspore_for_msprobe  # noqa: E402  (the pins file's reader)
 
 
 def build_tree(root: Path, total_bytes: int, tensor_bytes: int, rng, perturb: float) -> list:
@@ -44,11 +55,54 @@ def best_of(n, fn):
     return best
 
 
+def msprobe_side_by_side(dumpctl, cache: Path, work: Path, total: int, rng) -> dict:
+    """Wall time of msprobe's compare and of `dumpctl compare` on the same two trees."""
+    msprobe = cache / "msprobe" / "bin" / "msprobe"
+    # msprobe's MindSpore compare imports mindspore: a MindSpore environment on its path.
+    site = glob.glob(str(cache / mindspore_for_msprobe() / "lib" / "python3*" / "site-packages"))
+    if not msprobe.exists() or not site:
+        raise SystemExit(f"msprobe or a MindSpore environment missing under {cache}: "
+                         "run scripts/install-reference")
+    left, right = work / "ms-left", work / "ms-right"
+    files = build_tree(left, total // 2, 8 << 20, rng, 0.0)
+    files += build_tree(right, total // 2, 8 << 20, rng, 1e-3)
+    size = sum(f.stat().st_size for f in files)
+    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    env = dict(os.environ, PYTHONPATH=site[0])
+
+    def run_msprobe():
+        out_dir = work / "msprobe-out"
+        out = subprocess.run([str(msprobe), "compare", "-m", "auto", "-tp",
+                              str(left / "rank_0" / "Net"), "-gp", str(right / "rank_0" / "Net"),
+                              "-o", str(out_dir), "--rank", "0"],
+                             env=env, capture_output=True, text=True)
+        results = list(out_dir.glob("compare_result_*.csv"))
+        if out.returncode != 0 or not results:
+            raise SystemExit(f"msprobe compare failed ({out.returncode}): {out.stdout[-2000:]}"
+                             f"{out.stderr[-2000:]}")
+        for f in results:
+            f.unlink()
+
+    def run_dumpctl():
+        out = subprocess.run([dumpctl, "compare", str(left), str(right), "-q",
+                              "-o", str(work / "ms-result.csv")], capture_output=True, text=True)
+        if out.returncode not in (0, 1):
+            raise SystemExit(f"dumpctl compare failed ({out.returncode}): {out.stderr}")
+
+    t_dumpctl = best_of(2, run_dumpctl)
+    t_msprobe = best_of(1, run_msprobe)  # minutes: one run
+    return {"bench": "compare_msprobe", "bytes": size, "tensors": len(files),
+            "dumpctl_s": t_dumpctl, "msprobe_s": t_msprobe,
+            "msprobe": (cache / "msprobe" / ".dumpd-pin").read_text().split()[-1]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dumpctl", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--msprobe-cache", type=Path,
+                    help="scripts/install-reference's cache: also time msprobe's compare")
     args = ap.parse_args()
     total = (256 << 20) if args.quick else (2 << 30)
     tensor = 16 << 20
@@ -76,11 +130,19 @@ def main():
         t_cat = best_of(runs, cat)
         t_compare = best_of(runs, compare)
         t_one = best_of(runs, lambda: compare(1))  # scaling with cores
+        side = None
+        if args.msprobe_cache:
+            shutil.rmtree(left)
+            shutil.rmtree(right)
+            side = msprobe_side_by_side(args.dumpctl, args.msprobe_cache, Path(work),
+                                        (256 << 20) if args.quick else (1 << 30), rng)
     cores = os.cpu_count() or 1
     print(json.dumps({"bench": "compare", "bytes": size, "cores": cores,
                       "compare_bytes_per_s": size / t_compare, "cat_bytes_per_s": size / t_cat,
                       "compare_bytes_per_s_per_core": size / t_compare / cores,
                       "compare_one_thread_bytes_per_s": size / t_one}))
+    if side:
+        print(json.dumps(side))
 
 
 if __name__ == "__main__":

@@ -296,10 +296,27 @@ def main():
     # dumpctl compare on two page-cached trees, against cat of the same files.
     lines = []
     if "compare" in want:
+        # msprobe beside it: the reference environments (cached; built on first use).
+        side = []
+        install = subprocess.run([str(ROOT / "scripts" / "install-reference")],
+                                 capture_output=True, text=True)
+        if install.returncode == 0:
+            cache = subprocess.run([str(ROOT / "scripts" / "install-reference"), "--path",
+                                    "msprobe"], capture_output=True, text=True, check=True)
+            side = ["--msprobe-cache", str(Path(cache.stdout.strip()).parent)]
+        else:
+            print(f"warning: no msprobe row, scripts/install-reference failed: "
+                  f"{install.stderr[-1000:]}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
             lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "compare_bench.py"),
-                                    "--dumpctl", str(bins / "dumpctl"), "--dir", work, *quick])
+                                    "--dumpctl", str(bins / "dumpctl"), "--dir", work, *quick,
+                                    *side])
     for l in lines:
+        if l["bench"] == "compare_msprobe":
+            row(f"7. dumpctl compare vs msprobe compare ({l['msprobe']}), two trees, "
+                f"{l['bytes'] / 1e9:.2g} GB", l["dumpctl_s"], l["msprobe_s"],
+                l["dumpctl_s"] / l["msprobe_s"], "(figure: lower is faster)", "s")
+            continue
         gib = l["bytes"] / 2 / (1 << 30)
         row(f"7. dumpctl compare, two {gib:.2g} GiB trees, vs cat", l["compare_bytes_per_s"] / 1e9,
             l["cat_bytes_per_s"] / 1e9, l["compare_bytes_per_s"] / l["cat_bytes_per_s"],
