@@ -25,3 +25,10 @@ def read_pins(path=PINS):
     if len(set(names)) != len(names):
         sys.exit(f"{path}: an environment name appears twice")
     return pins
+
+
+def mindspore_for_msprobe(pins=None):
+    """The MindSpore environment msprobe runs beside (its MindSpore compare imports
+    mindspore, and msprobe needs numpy 2, which only the newest pinned MindSpore allows): the
+    last MindSpore line of the pins file."""
+    return [p[0] for p in (pins or read_pins()) if p[1] != "-"][-1]

@@ -10,18 +10,20 @@ from the arrays, so dumpd's lower-case dtype text pairs with MindSpore's `Float3
 
 import csv
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import make_golden
+import pins
 import replay
 from test_replay import SOURCE, replay_into
 
 CACHE = make_golden.cache_dir()
 MSPROBE = CACHE / "msprobe" / "bin" / "msprobe"
-MINDSPORE_FOR_MSPROBE = "ms-2.10.0"  # a MindSpore msprobe can import (numpy 2)
+MINDSPORE_FOR_MSPROBE = pins.mindspore_for_msprobe()
 
 
 def msprobe_compare(target, golden, out):
@@ -39,8 +41,14 @@ def msprobe_compare(target, golden, out):
     return rows
 
 
-@pytest.mark.parametrize("env,ms_format", [(e[0], e[1]) for e in make_golden.pins()],
-                         ids=[e[0] for e in make_golden.pins()])
+# Each MindSpore's tree against dumpd's replay of it in that MindSpore's generation and in the
+# "2.6" one (dumpd's default; no installable MindSpore writes it, so msprobe pairs it with the
+# newer writer's tree).
+AGAINST_GOLDEN = [(e[0], f) for e in make_golden.pins() for f in sorted({"2.6", e[1]})]
+
+
+@pytest.mark.parametrize("env,ms_format", AGAINST_GOLDEN,
+                         ids=[f"{e}-ms_format{f}" for e, f in AGAINST_GOLDEN])
 def test_msprobe_matches_every_tensor_of_dumpds_tree_to_mindspores(daemon, tmp_path, env,
                                                                   ms_format):
     (tmp_path / "dumpd").mkdir()
@@ -77,15 +85,16 @@ def where(row):
     return int(f.parent.name), int(m["ts"]), m["name"], f"{m['io']}.{m['slot']}"
 
 
-def both_compare(pytestconfig, daemon, tmp_path, change, dumpctl_options=()):
-    """Two dumpd runs of the replay, the second changed by `change` from DIVERGES_AT on,
-    compared by `dumpctl compare` and by msprobe: (dumpctl's first divergence line,
-    dumpctl's rows of iteration 0 by (op, io.slot), msprobe's rows)."""
-    env, ms_format = make_golden.pins()[-1][:2]
+def both_compare(pytestconfig, daemon, tmp_path, change, dumpctl_options=(), ms_format="2.7",
+                 config="all"):
+    """Two dumpd runs of the replay under `config` in `ms_format`, the second changed by
+    `change` from DIVERGES_AT on, compared by `dumpctl compare` and by msprobe: (dumpctl's
+    first divergence line, dumpctl's rows of iteration 0 by (op, io.slot), msprobe's rows)."""
+    env = make_golden.pins()[-1][0]
     runs = {}
     for name, perturb in (("good", None), ("bad", DIVERGES_AT)):
         (tmp_path / name).mkdir()
-        runs[name] = replay_into(daemon, env, ms_format, "all", tmp_path / name, perturb,
+        runs[name] = replay_into(daemon, env, ms_format, config, tmp_path / name, perturb,
                                  change)
     dumpctl = pytestconfig.getoption("dumpctl")
     out = subprocess.run([dumpctl, "compare", str(runs["bad"]), str(runs["good"]), "-q", "-o",
@@ -96,11 +105,19 @@ def both_compare(pytestconfig, daemon, tmp_path, change, dumpctl_options=()):
     # dumpctl's rows come in execution order, iteration 0 first: each key once an iteration.
     with open(tmp_path / "dumpctl.csv", newline="") as fh:
         ours = list(csv.DictReader(fh))
-    per_iteration = len(list((runs["good"] / "LeNet" / "0" / "0").glob("*.npy")))
+    iteration0 = runs["good"] / "LeNet" / "0" / "0"
+    per_iteration = len(list(iteration0.glob("*.npy")))
+    if config == "statistic":
+        per_iteration = len(read_rows(iteration0 / "statistic.csv"))
     ours = {(r["LeftOp"], r["TensorIndex"]): r for r in ours[:per_iteration]}
     assert len(ours) == per_iteration
     rows = msprobe_compare(runs["bad"] / "LeNet", runs["good"] / "LeNet", tmp_path / "msprobe")
     return first, ours, rows
+
+
+def read_rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def check_same_metrics(ours, rows):
@@ -121,11 +138,17 @@ def check_same_metrics(ours, rows):
     return checked
 
 
-def test_msprobe_and_dumpctl_compare_agree_on_a_divergent_run(pytestconfig, daemon, tmp_path):
+GENERATIONS = pytest.mark.parametrize("ms_format", ["2.6", "2.7"])
+
+
+@GENERATIONS
+def test_msprobe_and_dumpctl_compare_agree_on_a_divergent_run(pytestconfig, daemon, tmp_path,
+                                                             ms_format):
     """The second run perturbed from DIVERGES_AT on: msprobe and `dumpctl compare` name the
     same first divergent op, and where they compute the same metric (cosine, max absolute
     error) they agree within 1e-6."""
-    first, ours, rows = both_compare(pytestconfig, daemon, tmp_path, replay.perturbed)
+    first, ours, rows = both_compare(pytestconfig, daemon, tmp_path, replay.perturbed,
+                                     ms_format=ms_format)
     want = replay.sanitize(DIVERGES_AT)
     assert f" iteration 0 op {want} output.0:" in first, first
     failing = [r for r in rows if r["Accuracy Reached or Not"] == "No"]
@@ -135,7 +158,9 @@ def test_msprobe_and_dumpctl_compare_agree_on_a_divergent_run(pytestconfig, daem
     check_same_metrics(ours, rows)
 
 
-def test_msprobe_and_dumpctl_compare_agree_on_a_bfloat16_run(pytestconfig, daemon, tmp_path):
+@GENERATIONS
+def test_msprobe_and_dumpctl_compare_agree_on_a_bfloat16_run(pytestconfig, daemon, tmp_path,
+                                                            ms_format):
     """The second run in bfloat16 from DIVERGES_AT on (dumpd writes bfloat16 values as
     float32, `bfloat16` in the name). The rounding (about 2^-9 relative) passes both tools'
     default thresholds and msprobe's verdict (it sees float32 arrays), so the divergence is
@@ -143,7 +168,7 @@ def test_msprobe_and_dumpctl_compare_agree_on_a_bfloat16_run(pytestconfig, daemo
     Euclidean distance and says the dtypes differ; it is msprobe's first nonzero MaxAbsErr.
     Their metrics agree within 1e-6."""
     first, ours, rows = both_compare(pytestconfig, daemon, tmp_path, replay.as_bfloat16,
-                                     ("--max-relative-euclidean", "0.001"))
+                                     ("--max-relative-euclidean", "0.001"), ms_format)
     want = replay.sanitize(DIVERGES_AT)
     assert f" iteration 0 op {want} output.0:" in first, first
     assert "dtypes differ: left bfloat16, right float32" in first, first
@@ -153,3 +178,60 @@ def test_msprobe_and_dumpctl_compare_agree_on_a_bfloat16_run(pytestconfig, daemo
     first_off = min(off, key=where)
     assert where(first_off)[0] == 0 and where(first_off)[2:] == (want, "output.0"), first_off
     check_same_metrics(ours, rows)
+
+
+def statistic_where(row, lines={}):
+    """(step, line of msprobe's row in its NPU statistic.csv): the order the kernels ran."""
+    path = row["NPU CSV File"]
+    if path not in lines:
+        lines[path] = {f"{r['Op Name']}.{r['Task ID']}.{r['IO']}.{r['Slot']}": i
+                       for i, r in enumerate(read_rows(path))}
+    return int(Path(path).parent.name), lines[path][row["NPU Name"]]
+
+
+# msprobe's relative error of a statistic (in %) by dumpctl's name of the statistic.
+RELATIVE = {"Max Value": "MaxRelativeErr", "Min Value": "MinRelativeErr",
+            "L2Norm Value": "NormRelativeErr"}
+
+
+@GENERATIONS
+def test_msprobe_and_dumpctl_compare_agree_on_statistic_trees(pytestconfig, daemon, tmp_path,
+                                                              ms_format):
+    """statistic.csv trees (`saved_data` "statistic"; no CPU MindSpore writes them, so both
+    are dumpd's), the second run four times as large from DIVERGES_AT on: msprobe reads
+    every row of both generations' statistic.csv, pairs it, and names the same first
+    divergent op as `dumpctl compare`; the relative error of the statistic dumpctl finds
+    worst agrees with msprobe's within 1e-6."""
+    first, ours, rows = both_compare(pytestconfig, daemon, tmp_path, replay.scaled,
+                                     ms_format=ms_format, config="statistic")
+    want = replay.sanitize(DIVERGES_AT)
+    assert f" iteration 0 op {want} output.0:" in first, first
+    stat_rows = sum(len(read_rows(f)) for f in (tmp_path / "good").rglob("statistic.csv"))
+    assert len(rows) == stat_rows
+    for row in rows:
+        assert row["NPU Name"] == row["Bench Name"], row
+        assert row["NPU Dtype"] == row["Bench Dtype"], row
+        assert row["NPU Tensor Shape"] == row["Bench Tensor Shape"], row
+    failing = [r for r in rows if r["Accuracy Reached or Not"] == "No"]
+    assert failing and all(r["Accuracy Reached or Not"] in ("Yes", "No") for r in rows)
+    first_bad = min(failing, key=statistic_where)
+    name = first_bad["NPU Name"]
+    assert statistic_where(first_bad)[0] == 0, first_bad
+    assert replay.sanitize(name.rsplit(".", 3)[0]) == want, name
+    assert name.endswith(".output.0"), name
+    checked = 0
+    for row in rows:
+        step, _ = statistic_where(row)
+        if step != 0:
+            continue
+        op, _, io, slot = row["NPU Name"].rsplit(".", 3)
+        d = ours[(replay.sanitize(op), f"{io}.{slot}")]
+        worst = re.search(r"worst (.+) ([-+0-9.e]+|nan|NaN)$", d["Note"])
+        assert worst, d["Note"]
+        theirs = row[RELATIVE[worst[1]]]
+        if not theirs.endswith("%"):
+            continue  # msprobe's N/A: a statistic of 0 in the right run
+        a, b = float(theirs[:-1]) / 100, float(worst[2])
+        assert abs(a - b) <= 1e-6 * max(1.0, abs(a)), (row["NPU Name"], worst[1], a, b)
+        checked += 1
+    assert checked > len(ours) // 2
