@@ -1,5 +1,8 @@
-# dumpd_pytest_file(<name> <file> [TIMEOUT s] [RUN_SERIAL] [PYTHONPATH dir] [ENVIRONMENT k=v...])
+# dumpd_pytest_file(<name> <file> [TIMEOUT s] [RUN_SERIAL] [PYTHONPATH dir] [ENVIRONMENT k=v...]
+#                   [INTERPRETER python] [LABEL label])
 #
+# INTERPRETER: the python that runs pytest (default: Python3_EXECUTABLE, Debian's); LABEL: the
+# ctest label (default: integration).
 # Registers a pytest file with ctest, labelled "integration", so that a skipped test shows in
 # ctest's summary (tests/pytest_ctest.py holds the convention and enforces it):
 # * tests marked `@pytest.mark.conditional` (may be skipped where the machine does not allow
@@ -10,9 +13,16 @@
 # * the rest of the file runs as <name>, where a skip is an error.
 # The scan reads the file's top-level `def test_` lines and the decorators right above them.
 function(dumpd_pytest_file name test_file)
-  cmake_parse_arguments(T "RUN_SERIAL" "TIMEOUT;PYTHONPATH" "ENVIRONMENT" ${ARGN})
+  cmake_parse_arguments(T "RUN_SERIAL" "TIMEOUT;PYTHONPATH;INTERPRETER;LABEL" "ENVIRONMENT"
+                        ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)
+  endif()
+  if(NOT T_INTERPRETER)
+    set(T_INTERPRETER ${Python3_EXECUTABLE})
+  endif()
+  if(NOT T_LABEL)
+    set(T_LABEL integration)
   endif()
   set(_path ${CMAKE_SOURCE_DIR}/tests)
   if(T_PYTHONPATH)
@@ -20,7 +30,7 @@ function(dumpd_pytest_file name test_file)
   endif()
   set(_env PYTHONPATH=${_path} PYTHONDONTWRITEBYTECODE=1 ${T_ENVIRONMENT})
   get_filename_component(_dir ${test_file} DIRECTORY)
-  set(_pytest ${Python3_EXECUTABLE} -m pytest -q -rs -p no:cacheprovider -p pytest_ctest)
+  set(_pytest ${T_INTERPRETER} -m pytest -q -rs -p no:cacheprovider -p pytest_ctest)
 
   file(STRINGS ${test_file} _lines
        REGEX "^(@pytest\\.mark\\.conditional|pytestmark = .*pytest\\.mark\\.conditional|def test_)")
@@ -67,7 +77,7 @@ function(dumpd_pytest_file name test_file)
     list(APPEND _entries ${name}.${_test})
   endforeach()
   set_tests_properties(${_entries} PROPERTIES
-    LABELS integration
+    LABELS ${T_LABEL}
     TIMEOUT ${T_TIMEOUT}
     SKIP_RETURN_CODE 77
     RUN_SERIAL ${T_RUN_SERIAL}

@@ -7,6 +7,7 @@ PKG_CONFIG_PATH=<build>/pkgconfig. Like the CMake build, the module exports PyIn
 alone and hides every library it links (exports.map, --exclude-libs).
 """
 
+import atexit
 import os
 import re
 import shlex
@@ -61,6 +62,28 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+def can_build_wheels():
+    """bdist_wheel comes from the wheel package, or from setuptools itself since 70.1."""
+    try:
+        import setuptools.command.bdist_wheel  # noqa: F401  (setuptools >= 70.1)
+        return True
+    except ImportError:
+        try:
+            import wheel  # noqa: F401
+            return True
+        except ImportError:
+            return False
+
+
+# pip --no-build-isolation uses what the environment holds: a venv of an interpreter other
+# than Debian's (pyenv, python.org) has setuptools < 70.1 and no wheel, and pip's own message
+# would be "invalid command 'bdist_wheel'".
+if {"dist_info", "bdist_wheel"} & set(sys.argv[1:]) and not can_build_wheels():
+    import setuptools
+    sys.exit(f"setup.py: this environment cannot build a wheel (setuptools "
+             f"{setuptools.__version__} and no wheel package): `pip install wheel` into it, or "
+             "run pip without --no-build-isolation so that it fetches setuptools and wheel")
+
 VERSION = project_version()
 LIB_VERSION = pkg_config("--modversion")
 if LIB_VERSION != VERSION:
@@ -82,8 +105,10 @@ extension = Extension(
     language="c++",
 )
 
-# Intermediate files in a temporary directory, not in the source tree.
+# Intermediate files in a temporary directory, not in the source tree, removed on exit (pip
+# runs setup.py once per step; the wheel itself goes to pip's own directory).
 BUILD_BASE = tempfile.mkdtemp(prefix="dumpd-pip-build-")
+atexit.register(shutil.rmtree, BUILD_BASE, ignore_errors=True)
 
 setup(
     version=VERSION,
