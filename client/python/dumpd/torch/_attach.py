@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 import dumpd
+from dumpd.torch import _compiled
 from dumpd.torch._session import _check_errors, _Session
 
 
@@ -52,9 +53,12 @@ _HOOK_ARGUMENTS = {
 
 
 class _Hook:
-    """One hook of one leaf module: each call dumps one op execution (one dump_op)."""
+    """One hook of one leaf module: each call dumps one op execution (one dump_op). Traced
+    by torch.compile, it puts a dumpd::dump op in the graph instead (dumpd.torch._compiled);
+    `site` names it there (None: a backward hook, not traced)."""
 
-    __slots__ = ("session", "op_type", "name", "inputs", "outputs", "in_arg", "out_arg")
+    __slots__ = ("session", "op_type", "name", "inputs", "outputs", "in_arg", "out_arg",
+                 "site")
 
     def __init__(self, session: _Session, kind: str, op_type: str, name: str, inputs: bool,
                  outputs: bool) -> None:
@@ -64,9 +68,16 @@ class _Hook:
         self.inputs = inputs
         self.outputs = outputs
         self.in_arg, self.out_arg = _HOOK_ARGUMENTS[kind]
+        self.site = None
+        if kind != "backward" and _compiled.UNAVAILABLE is None:
+            self.site = _compiled.add_site(session, op_type, name, inputs, outputs)
 
     def __call__(self, module: torch.nn.Module, *hook_args: Any) -> None:
         outputs = () if self.out_arg is None else hook_args[self.out_arg]
+        if self.site is not None and _compiled.is_compiling():
+            _compiled.emit(self.site, hook_args[self.in_arg] if self.inputs else (),
+                           outputs if self.outputs else ())
+            return
         self.session.dump(self.op_type, self.name, hook_args[self.in_arg], outputs, self.inputs,
                           self.outputs)
 
@@ -80,9 +91,10 @@ class AttachHandle:
     Also a context manager: hooks are removed when the ``with`` block ends.
     """
 
-    def __init__(self, hooks: List[Any], names: Dict[str, str],
+    def __init__(self, hooks: List[Any], sites: List[int], names: Dict[str, str],
                  gradient_names: Dict[str, str], session: _Session) -> None:
         self._hooks = hooks
+        self._sites = sites
         self._session = session
         self.names = names
         self.gradient_names = gradient_names
@@ -96,6 +108,9 @@ class AttachHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        for site in self._sites:  # a graph compiled with these hooks dumps nothing more
+            _compiled.remove_site(site)
+        self._sites = []
 
     def __enter__(self) -> "AttachHandle":
         return self
@@ -131,6 +146,13 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
             client.prepare_cuda(index)
     modules = dict(model.named_modules())
     hooks: List[Any] = []
+    sites: List[int] = []
+
+    def hooked(hook: _Hook) -> _Hook:
+        if hook.site is not None:
+            sites.append(hook.site)
+        return hook
+
     names: Dict[str, str] = {}
     gradient_names: Dict[str, str] = {}
     try:
@@ -140,10 +162,10 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
             in_place = bool(getattr(module, "inplace", False))
             if inputs and in_place:
                 hooks.append(module.register_forward_pre_hook(
-                    _Hook(session, "pre", op_type, name, True, False)))
+                    hooked(_Hook(session, "pre", op_type, name, True, False))))
             if outputs or (inputs and not in_place):
-                hooks.append(module.register_forward_hook(
-                    _Hook(session, "forward", op_type, name, inputs and not in_place, outputs)))
+                hooks.append(module.register_forward_hook(hooked(
+                    _Hook(session, "forward", op_type, name, inputs and not in_place, outputs))))
             if backward:
                 grad_type = op_type + "Grad"
                 grad_name = _gradient_name(name, op_type)
@@ -153,6 +175,8 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     except BaseException:
         for h in hooks:
             h.remove()
+        for site in sites:
+            _compiled.remove_site(site)
         raise
-    return AttachHandle(hooks, names, gradient_names, session)
+    return AttachHandle(hooks, sites, names, gradient_names, session)
 

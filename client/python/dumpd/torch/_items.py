@@ -110,10 +110,11 @@ class _Items:
     temporaries made for them (contiguous copies) stay referenced in `keep` until the op is
     enqueued, so the allocator cannot hand their memory to another tensor of the same op."""
 
-    __slots__ = ("session", "keep", "cuda_device")
+    __slots__ = ("session", "keep", "cuda_device", "dump_once")
 
-    def __init__(self, session: "_Session") -> None:
+    def __init__(self, session: "_Session", dump_once: bool = True) -> None:
         self.session = session
+        self.dump_once = dump_once
         self.keep: List[Any] = []
         self.cuda_device: int | None = None
 
@@ -127,7 +128,7 @@ class _Items:
             return None
         else:
             item = self.plain_item(value)
-        if item is None or not value.is_contiguous():
+        if item is None or not value.is_contiguous() or not self.dump_once:
             return item  # a contiguous copy is new each time: nothing to repeat
         identity = self.session.identities.of(value)
         if isinstance(item, tuple):

@@ -49,8 +49,10 @@ class _Session:
         return self.cuda_mode == "device"
 
     def dump(self, op_type: str, name: str, inputs: Any, outputs: Any, want_in: bool,
-             want_out: bool) -> None:
-        """Dumps the selected sides of one op execution (nothing is touched otherwise)."""
+             want_out: bool, dump_once: bool = True) -> None:
+        """Dumps the selected sides of one op execution (nothing is touched otherwise).
+        dump_once=False: every tensor is copied, none sent as a reference to an earlier
+        dump (tensors from a compiled graph, whose buffers are reused unversioned)."""
         if self.error is not None:
             return
         client = self.client
@@ -58,7 +60,7 @@ class _Session:
             want_in = want_in and client.should_dump(name, "input")
             want_out = want_out and client.should_dump(name, "output")
             if want_in or want_out:
-                items = _Items(self)
+                items = _Items(self, dump_once)
                 ins = items.of(inputs) if want_in else ()
                 outs = items.of(outputs) if want_out else ()
                 client.dump_op(op_type, name, inputs=ins, outputs=outs, stream=items.stream())
