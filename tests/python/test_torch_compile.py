@@ -76,11 +76,11 @@ class Block(nn.Module):
 
 
 def train(model: nn.Module, client: dumpd.Client, inputs: List[torch.Tensor],
-          compile_options: Dict | None, at: Callable[[int, nn.Module], None] = lambda s, m: None
-          ) -> None:
+          compile_options: Dict | None, at: Callable[[int, nn.Module], None] = lambda s, m: None,
+          backward: bool = False) -> None:
     """One training step per input (forward, backward, SGD), iteration i at step i; the
     forward compiled with `compile_options` (None: eager)."""
-    dumpd.torch.attach(model, client)
+    dumpd.torch.attach(model, client, backward=backward)
     run = torch.compile(model, **compile_options) if compile_options is not None else model
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     for step, x in enumerate(inputs):
@@ -94,7 +94,7 @@ def train(model: nn.Module, client: dumpd.Client, inputs: List[torch.Tensor],
 
 
 def trees(tmp_path: Path, make_model: Callable[[], nn.Module], inputs: List[torch.Tensor],
-          daemon: Daemon, compile_options: Dict, **config) -> tuple:
+          daemon: Daemon, compile_options: Dict, backward: bool = False, **config) -> tuple:
     """(eager tree, compiled tree) of the same model, weights and inputs."""
     out = []
     for label, options in (("eager", None), ("compiled", compile_options)):
@@ -103,7 +103,7 @@ def trees(tmp_path: Path, make_model: Callable[[], nn.Module], inputs: List[torc
         model = make_model()
         client = dumpd.Client(str(make_config(tmp_path / label, **config)),
                               socket=daemon.socket)
-        train(model, client, inputs, options)
+        train(model, client, inputs, options, backward=backward)
         out.append(index_files(dump_files(tmp_path / label / "dump")))
     return tuple(out)
 
@@ -159,6 +159,24 @@ def test_a_compiled_transformer_block_with_dynamic_shapes(daemon: Daemon,
     assert {f.load().shape[1] for k, f in compiled.items() if k[1].endswith("_gelu-GELU_GELU-op6")
             } == {8, 12, 16}
     assert_same_tree(eager, compiled, rtol=1e-4, atol=1e-5)
+
+
+def test_gradients_of_a_compiled_model_are_the_eager_ones(daemon: Daemon,
+                                                          tmp_path: Path) -> None:
+    """backward=True with fullgraph: AOTAutograd traces the gradient dump points into the
+    compiled backward; the tree (forward and Gradients/ ops) is the eager one."""
+    fresh_counters()
+    g = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(4, 3, 16, 16, generator=g) for _ in range(2)]
+    eager, compiled = trees(tmp_path, CNN, inputs, daemon, {"fullgraph": True}, backward=True)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert compiled_frames() == 1
+    grads = {k for k in eager if k[1].startswith("Gradients_")}
+    # Each module's gradient at its output, and at its input but for conv's (the data
+    # needs none): 5 + 4 a step.
+    assert len(grads) == 2 * 9, sorted(grads)
+    assert ("Gradients_Default_fc-Linear_gradLinear_LinearGrad-op5" in {k[1] for k in grads})
+    assert_same_tree(eager, compiled, rtol=1e-4, atol=1e-6)
 
 
 def test_compiling_a_whole_step_adds_no_graph_break(daemon: Daemon, tmp_path: Path) -> None:

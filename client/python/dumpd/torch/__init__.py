@@ -43,9 +43,16 @@ cannot represent (complex32, float8, ...), are skipped.
 
 In-place modules (``inplace=True``, e.g. ``nn.ReLU(inplace=True)``) overwrite their input:
 for them the inputs are dumped by a forward *pre*-hook (a separate record of the same op,
-before the module runs) so the dumped input is the real one. ``backward=True`` uses
-``register_full_backward_hook``, which PyTorch does not allow together with in-place
-modules that modify a hooked module's output; use ``inplace=False`` modules then.
+before the module runs) so the dumped input is the real one. ``backward=True`` passes each
+module's tensors through an autograd function whose backward dumps their gradients (torch
+2.5 and later: it works under torch.compile too) or uses ``register_full_backward_hook``
+(older torch). Either way PyTorch does not allow an in-place module to modify a hooked
+module's output ("... is a view and is being modified inplace"); use ``inplace=False``
+modules then.
+
+Under ``torch.compile`` the hooks are traced: each puts a ``dumpd::dump`` custom op in the
+graph (dumpd/torch/_compiled.py), so nothing breaks the graph, and what is selected is
+decided when the op runs, never by a guard.
 
 Dump once: within a step, a tensor dumped again unchanged (a module's output as the next
 module's input; same tensor object, same version counter) is sent as a reference to the

@@ -170,8 +170,19 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
                 grad_type = op_type + "Grad"
                 grad_name = _gradient_name(name, op_type)
                 gradient_names[path] = grad_name
-                hooks.append(module.register_full_backward_hook(
-                    _Hook(session, "backward", grad_type, grad_name, inputs, outputs)))
+                if _compiled.UNAVAILABLE is None:
+                    # Autograd functions whose backward dumps: traced by torch.compile too.
+                    site = _compiled.add_site(session, grad_type, grad_name, inputs, outputs)
+                    sites.append(site)
+                    if outputs:  # the backward op's outputs: gradients of the inputs
+                        hooks.append(module.register_forward_pre_hook(
+                            _compiled.GradientTap(site, "input")))
+                    if inputs:  # its inputs: the gradients at the module's outputs
+                        hooks.append(module.register_forward_hook(
+                            _compiled.GradientTap(site, "output")))
+                else:  # torch without custom ops (1.13): full backward hooks
+                    hooks.append(module.register_full_backward_hook(
+                        _Hook(session, "backward", grad_type, grad_name, inputs, outputs)))
     except BaseException:
         for h in hooks:
             h.remove()

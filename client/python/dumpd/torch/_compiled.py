@@ -14,6 +14,14 @@ traced hook calls ``torch.ops.dumpd.dump(site, inputs, outputs)`` instead:
   same ``_Session.dump`` the eager hooks call. Nothing of it is a guard: changing it never
   recompiles.
 
+Gradients (``attach(..., backward=True)``) go through the same op, called from the
+``backward`` of :class:`GradientTap`'s autograd function: a forward pre-hook and a forward
+hook pass the module's tensors through it (views, no copy), and its backward dumps the
+gradients arriving there. AOTAutograd traces that backward into the compiled backward graph,
+in order; eagerly it runs as any autograd function. A backward op is written as two records:
+the gradients at the module's outputs (its inputs), then those of the module's inputs (its
+outputs), as the eager full backward hooks name them.
+
 The compiled graph hands the op its intermediate buffers. Inductor reuses a buffer for a
 later result without bumping the tensor's version counter, so dump once (a repeated tensor
 sent as a reference) is off for tensors dumped from a compiled graph: each is copied.
@@ -104,3 +112,69 @@ def _flatten(value: Any, out: List[Optional[torch.Tensor]]) -> List[Optional[tor
 def emit(site: int, inputs: Any, outputs: Any) -> None:
     """What a hook does while dynamo traces it: one dumpd::dump node in the graph."""
     torch.ops.dumpd.dump(site, _flatten(inputs, []), _flatten(outputs, []))
+
+
+def _map_tensors(value: Any, fn: Any, counter: List[int]) -> Any:
+    """`value` with each tensor leaf t replaced by fn(slot, t), slots counted over every leaf
+    in dump slot order (as _flatten counts them)."""
+    if isinstance(value, (tuple, list)):
+        mapped = [_map_tensors(v, fn, counter) for v in value]
+        return tuple(mapped) if isinstance(value, tuple) else mapped
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn, counter) for k, v in value.items()}
+    slot = counter[0]
+    counter[0] += 1
+    return fn(slot, value) if isinstance(value, torch.Tensor) else value
+
+
+if UNAVAILABLE is None:
+
+    class _GradientPoint(torch.autograd.Function):
+        """Identity (views) forward; backward dumps the gradients at those tensors."""
+
+        @staticmethod
+        def forward(ctx: Any, site: int, side: str, slots: tuple, count: int,
+                    *tensors: torch.Tensor) -> tuple:
+            ctx.site, ctx.side, ctx.slots, ctx.count = site, side, slots, count
+            return tuple(t.view_as(t) for t in tensors)
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> tuple:
+            full: List[Optional[torch.Tensor]] = [None] * ctx.count
+            for slot, g in zip(ctx.slots, grads):
+                full[slot] = g
+            if ctx.side == "output":  # gradients at the module's outputs: the op's inputs
+                torch.ops.dumpd.dump(ctx.site, full, [])
+            else:
+                torch.ops.dumpd.dump(ctx.site, [], full)
+            return (None, None, None, None) + grads
+
+
+class GradientTap:
+    """A forward pre-hook (side "input") or forward hook (side "output") that passes the
+    module's tensors that require a gradient through _GradientPoint."""
+
+    __slots__ = ("site", "side")
+
+    def __init__(self, site: int, side: str) -> None:
+        self.site = site
+        self.side = side
+
+    def __call__(self, module: torch.nn.Module, *hook_args: Any) -> Any:
+        value = hook_args[0] if self.side == "input" else hook_args[1]
+        slots: List[int] = []
+        tensors: List[torch.Tensor] = []
+
+        def note(slot: int, t: torch.Tensor) -> torch.Tensor:
+            if t.requires_grad:
+                slots.append(slot)
+                tensors.append(t)
+            return t
+
+        count = [0]
+        _map_tensors(value, note, count)
+        if not tensors:
+            return None  # nothing here gets a gradient: the hook changes nothing
+        views = dict(zip(slots, _GradientPoint.apply(self.site, self.side, tuple(slots),
+                                                     count[0], *tensors)))
+        return _map_tensors(value, lambda slot, t: views.get(slot, t), [0])
