@@ -405,6 +405,26 @@ def test_dump_once_links_each_repeated_tensor_to_its_first_file(daemon: Daemon, 
         assert fc.stat().st_nlink == 1
 
 
+def test_dump_once_links_forward_repeats_with_backward_on_too(daemon: Daemon,
+                                                               tmp_path: Path) -> None:
+    """backward=True hands the next module a view of each output (the gradient dump point,
+    or PyTorch's full backward hook): a view of the whole tensor is still that tensor."""
+    config = make_config(tmp_path, iteration="0|2")
+    model = SmallNet(inplace=False)
+    with dumpd.Client(config, socket=daemon.socket) as client:
+        dumpd.torch.attach(model, client, backward=True)
+        _train(model, client, steps=3)
+        counts = client.flush()
+    assert counts["tensors_linked"] >= 2 * len(REPEATS), counts
+    files = index_files(dump_files(tmp_path / "dump"))
+    for it in (0, 2):
+        for first, then in REPEATS:
+            out = files[(it, sanitize(EXPECTED_NAMES[first]), "output", 0)].path
+            inp = files[(it, sanitize(EXPECTED_NAMES[then]), "input", 0)].path
+            assert out.stat().st_ino == inp.stat().st_ino, (first, then)
+            np.testing.assert_array_equal(np.load(out), np.load(inp))
+
+
 def test_dump_once_off_and_statistics_only_give_the_same_results(daemon: Daemon,
                                                                  tmp_path: Path) -> None:
     results = {}

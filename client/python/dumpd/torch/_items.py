@@ -105,6 +105,17 @@ class _Identities:
         return identity
 
 
+def _whole_view_base(t: torch.Tensor) -> torch.Tensor:
+    """The tensor `t` is a view of when it views all of it, as it is (same offset, shape and
+    strides: the views backward=True hands the next module), else `t`. Such a view holds the
+    base's bytes and shares its version counter, so it is the same tensor to dump once."""
+    base = t._base
+    if (base is not None and base.shape == t.shape and base.stride() == t.stride() and
+            base.storage_offset() == t.storage_offset() and base.dtype == t.dtype):
+        return base
+    return t
+
+
 class _Items:
     """Builds one op's dump items. CUDA tensors become dumpd.DeviceArray (no host copy);
     temporaries made for them (contiguous copies) stay referenced in `keep` until the op is
@@ -130,7 +141,7 @@ class _Items:
             item = self.plain_item(value)
         if item is None or not value.is_contiguous() or not self.dump_once:
             return item  # a contiguous copy is new each time: nothing to repeat
-        identity = self.session.identities.of(value)
+        identity = self.session.identities.of(_whole_view_base(value))
         if isinstance(item, tuple):
             return (item[0], item[1], identity)
         return (item, None, identity)
