@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node")
+SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node", "torch2")
 
 
 class Daemon:
@@ -117,6 +117,45 @@ def recorder_busy_rows(row, l):
         copy = l["dump_call_s_per_step"][mode]
         row(f"9. busy node: the client's dump calls (the copy) per step, {mode}, vs the step",
             copy * 1e3, base * 1e3, 1 + copy / base, "(floor)", "ms")
+
+
+def torch2_rows(row, results, bins, env, args, quick):
+    """Rows 11 (bench/compile_bench.py) and 12 (bench/msprobe_torch_bench.py)."""
+    install = ROOT / "scripts" / "install-reference"
+    built = subprocess.run([str(install)], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"warning: no torch 2 rows, scripts/install-reference failed: "
+              f"{built.stderr[-1000:]}", file=sys.stderr)
+        return
+
+    def where(name):
+        return subprocess.run([str(install), "--path", name], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    python = str(Path(where("torch2")) / "bin" / "python")
+    for script, extra in (("compile_bench.py", []),
+                          ("msprobe_torch_bench.py", ["--msprobe-site", where("msprobe")])):
+        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
+            d = Daemon(str(bins / "dumpd"), work)
+            pid = ["--dumpd-pid", str(d.proc.pid)] if script == "compile_bench.py" else []
+            try:
+                lines = run_json_lines([python, str(ROOT / "bench" / script), "--socket",
+                                        d.socket, "--dir", work, *pid, *extra, *quick], env=env)
+            finally:
+                d.stop()
+        results[script.removesuffix(".py")] = lines
+        for l in lines:
+            if l["bench"] == "compile_step":
+                what = {"none": "undumped", "idle": "no iteration selected",
+                        "statistic": "statistics every step",
+                        "full": "one selected iteration in full"}[l["config"]]
+                row(f"11. {l['mode']} CNN step, {what}, vs {l['mode']} undumped", l["step_s"],
+                    l["reference_s"], l["ratio"], l["target"], "s/step")
+            elif l["bench"] == "msprobe_torch" and l["config"] != "none":
+                row(f"12. CPU CNN step, {l['config']}, vs undumped", l["step_s"],
+                    l["step_s_none"], l["ratio"], "(figure)", "s/step")
+                row(f"12. {l['config']} bytes written per step", l["bytes_per_step"] / 1e6,
+                    None, None, "(figure)", "MB")
 
 
 def main():
@@ -326,6 +365,10 @@ def main():
             l["compare_one_thread_bytes_per_s"] / 1e9,
             l["compare_bytes_per_s"] / l["compare_one_thread_bytes_per_s"], "scales with cores",
             "GB/s")
+    # torch 2 on the CPU (issue 40): the compiled step, and msprobe's PyTorch dump beside
+    # dumpd's, each in the torch 2 reference environment (scripts/install-reference).
+    if has_python and "torch2" in want:
+        torch2_rows(row, results, bins, env, args, quick)
     for label, kib in peaks.items():
         row(f"6. daemon peak anonymous RSS ({label} runs)", kib / 1024, 64, kib / 1024 / 64,
             "< 64 MiB", "MiB")

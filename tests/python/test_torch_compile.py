@@ -179,6 +179,25 @@ def test_gradients_of_a_compiled_model_are_the_eager_ones(daemon: Daemon,
     assert_same_tree(eager, compiled, rtol=1e-4, atol=1e-6)
 
 
+def test_an_instance_attached_after_its_class_was_compiled_unhooked_dumps(
+        daemon: Daemon, tmp_path: Path) -> None:
+    """dynamo by default does not guard on a module's hooks while it has none: a second
+    instance of a class compiled without hooks would reuse that graph and dump nothing.
+    attach() turns that shortcut off, so the hooked instance compiles its own graph."""
+    fresh_counters()
+    x = torch.randn(2, 3, 16, 16)
+    # torch's default, whatever attach() calls before this one did.
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=True):
+        torch.compile(CNN(), fullgraph=True)(x)  # the class's forward, compiled unhooked
+        model = CNN()
+        client = dumpd.Client(str(make_config(tmp_path)), socket=daemon.socket)
+        dumpd.torch.attach(model, client)
+        dumpd.torch.step(client, 0)
+        torch.compile(model, fullgraph=True)(x)
+        client.close()
+    assert len(dump_files(tmp_path / "dump")) == 5 * 2
+
+
 def test_compiling_a_whole_step_adds_no_graph_break(daemon: Daemon, tmp_path: Path) -> None:
     """torch.compile(step_fn): the step's own breaks (backward, the optimizer) are torch's;
     dumpd adds none, and the forward's dumps are the eager ones."""

@@ -144,6 +144,8 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     if devices and dumpd.cuda_unavailable_reason() is None:
         for index in sorted(devices):
             client.prepare_cuda(index)
+    if _compiled.UNAVAILABLE is None:
+        _compiled.recompile_with_hooks(model)
     modules = dict(model.named_modules())
     hooks: List[Any] = []
     sites: List[int] = []

@@ -82,6 +82,26 @@ if UNAVAILABLE is None:
     torch.library._register_effectful_op(_OP, torch.library.EffectType.ORDERED)
 
 
+def recompile_with_hooks(model: torch.nn.Module) -> None:
+    """Makes torch.compile see the hooks attach() adds. By default dynamo does not guard on a
+    module's hooks while it has none (skip_nnmodule_hook_guards), so a hooked instance of a
+    class compiled earlier without hooks would run that graph and dump nothing. attach()
+    turns that shortcut off and drops the graphs compiled for the forward code of the
+    model's module classes: they are compiled again, once, with the dump points. Steps and
+    selections never recompile."""
+    dynamo = getattr(torch, "_dynamo", None)
+    config = getattr(dynamo, "config", None)
+    if config is not None and getattr(config, "skip_nnmodule_hook_guards", False):
+        config.skip_nnmodule_hook_guards = False
+    reset_code = getattr(dynamo, "reset_code", None)
+    if reset_code is None:
+        return
+    for cls in {type(m) for m in model.modules()}:
+        code = getattr(getattr(cls, "forward", None), "__code__", None)
+        if code is not None:
+            reset_code(code)
+
+
 def add_site(session: _Session, op_type: str, name: str, want_in: bool, want_out: bool) -> int:
     with _lock:
         site = _next_site[0]
