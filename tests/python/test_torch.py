@@ -241,6 +241,28 @@ def test_remove_stops_dumping(daemon: Daemon, tmp_path: Path) -> None:
     assert {int(f.iteration) for f in dump_files(tmp_path / "dump")} == {0}
 
 
+def test_a_model_dropped_without_remove_releases_its_client(daemon: Daemon,
+                                                             tmp_path: Path) -> None:
+    """The hooks are the only owners of what attach() sets up: dropping the model and the
+    handle (without remove()) frees the session and its client, with backward gradient
+    points too. Under torch 2 the compiled dump points' table refers to them weakly."""
+    import gc
+    import weakref
+
+    model = SmallNet(inplace=False)  # full backward hooks (torch 1.13) refuse in-place ops
+    client = dumpd.Client(make_config(tmp_path), socket=daemon.socket)
+    handle = dumpd.torch.attach(model, client, backward=True)
+    client.set_step(0)
+    model(torch.randn(1, 3, 8, 8, requires_grad=True)).sum().backward()
+    client.flush()
+    client.close()
+    freed = weakref.ref(client)
+    del model, handle, client
+    gc.collect()
+    assert freed() is None, [type(r).__name__ for r in gc.get_referrers(freed())]
+    assert len(dump_files(tmp_path / "dump")) > 0
+
+
 class Split(nn.Module):
     """Returns a non-contiguous view, a non-tensor, and a nested tuple with a None."""
 

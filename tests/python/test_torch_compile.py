@@ -198,6 +198,33 @@ def test_an_instance_attached_after_its_class_was_compiled_unhooked_dumps(
     assert len(dump_files(tmp_path / "dump")) == 5 * 2
 
 
+def test_a_compiled_model_dropped_without_remove_releases_its_client(
+        daemon: Daemon, tmp_path: Path) -> None:
+    """The dump points of a compiled graph name their hook by number; the table behind the
+    numbers refers to the hooks' sites weakly, so dropping the model (and its compiled
+    wrapper, without remove()) frees the session and the client, and the graph compiled for
+    it, if dynamo kept one, dumps nothing."""
+    import gc
+    import weakref
+
+    model = CNN()
+    client = dumpd.Client(str(make_config(tmp_path)), socket=daemon.socket)
+    dumpd.torch.attach(model, client, backward=True)
+    compiled = torch.compile(model, fullgraph=True)
+    dumpd.torch.step(client, 0)
+    compiled(torch.randn(2, 3, 16, 16)).sum().backward()
+    client.close()
+    freed = weakref.ref(client)
+    numbers = set(_compiled._sites.keys())
+    assert numbers, "attach() registered no dump point"
+    del model, compiled, client
+    gc.collect()
+    assert freed() is None, [type(r).__name__ for r in gc.get_referrers(freed())]
+    assert not numbers & set(_compiled._sites.keys())
+    # Five ops forward and backward, each side one file, but the image needs no gradient.
+    assert len(dump_files(tmp_path / "dump")) == 5 * 2 * 2 - 1
+
+
 def test_compiling_a_whole_step_adds_no_graph_break(daemon: Daemon, tmp_path: Path) -> None:
     """torch.compile(step_fn): the step's own breaks (backward, the optimizer) are torch's;
     dumpd adds none, and the forward's dumps are the eager ones."""

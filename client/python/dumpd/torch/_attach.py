@@ -55,7 +55,7 @@ _HOOK_ARGUMENTS = {
 class _Hook:
     """One hook of one leaf module: each call dumps one op execution (one dump_op). Traced
     by torch.compile, it puts a dumpd::dump op in the graph instead (dumpd.torch._compiled);
-    `site` names it there (None: a backward hook, not traced)."""
+    `site` (a _compiled.Site, held here) names it there (None: a backward hook, not traced)."""
 
     __slots__ = ("session", "op_type", "name", "inputs", "outputs", "in_arg", "out_arg",
                  "site")
@@ -75,7 +75,7 @@ class _Hook:
     def __call__(self, module: torch.nn.Module, *hook_args: Any) -> None:
         outputs = () if self.out_arg is None else hook_args[self.out_arg]
         if self.site is not None and _compiled.is_compiling():
-            _compiled.emit(self.site, hook_args[self.in_arg] if self.inputs else (),
+            _compiled.emit(self.site.number, hook_args[self.in_arg] if self.inputs else (),
                            outputs if self.outputs else ())
             return
         self.session.dump(self.op_type, self.name, hook_args[self.in_arg], outputs, self.inputs,
@@ -152,7 +152,7 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
 
     def hooked(hook: _Hook) -> _Hook:
         if hook.site is not None:
-            sites.append(hook.site)
+            sites.append(hook.site.number)
         return hook
 
     names: Dict[str, str] = {}
@@ -175,7 +175,7 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
                 if _compiled.UNAVAILABLE is None:
                     # Autograd functions whose backward dumps: traced by torch.compile too.
                     site = _compiled.add_site(session, grad_type, grad_name, inputs, outputs)
-                    sites.append(site)
+                    sites.append(site.number)
                     if outputs:  # the backward op's outputs: gradients of the inputs
                         hooks.append(module.register_forward_pre_hook(
                             _compiled.GradientTap(site, "input")))

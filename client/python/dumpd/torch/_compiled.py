@@ -33,6 +33,7 @@ torch, attach() hooks run eagerly only, as before.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, List, Optional
 
 import torch
@@ -40,10 +41,29 @@ import torch
 from dumpd.torch._session import _Session
 
 _OP = "dumpd::dump"
+
+
+class Site:
+    """What one dump point dumps: the session, the op's type and full name, and its sides.
+    The hooks that emit it hold it; the table below only refers to it, so a model dropped
+    without AttachHandle.remove() takes its sites, its session and its client with it."""
+
+    __slots__ = ("number", "session", "op_type", "name", "want_in", "want_out", "__weakref__")
+
+    def __init__(self, number: int, session: _Session, op_type: str, name: str, want_in: bool,
+                 want_out: bool) -> None:
+        self.number = number
+        self.session = session
+        self.op_type = op_type
+        self.name = name
+        self.want_in = want_in
+        self.want_out = want_out
+
+
 _lock = threading.Lock()
-# site -> (session, op_type, full name, dump inputs, dump outputs); sites are never reused,
-# so a graph compiled for a hook that was removed can never dump under another hook's name.
-_sites: dict = {}
+# site number -> Site, weakly; numbers are never reused, so a graph compiled for a hook that
+# was removed (or whose model is gone) can never dump under another hook's name.
+_sites: "weakref.WeakValueDictionary[int, Site]" = weakref.WeakValueDictionary()
 _next_site = [0]
 
 
@@ -69,10 +89,10 @@ if UNAVAILABLE is None:
     def _dump(site: int, inputs: List[Optional[torch.Tensor]],
               outputs: List[Optional[torch.Tensor]]) -> None:
         entry = _sites.get(site)
-        if entry is None:  # the hook was removed after this graph was compiled
+        if entry is None:  # the hook was removed (or its model dropped) after compiling
             return
-        session, op_type, name, want_in, want_out = entry
-        session.dump(op_type, name, inputs, outputs, want_in, want_out, dump_once=False)
+        entry.session.dump(entry.op_type, entry.name, inputs, outputs, entry.want_in,
+                           entry.want_out, dump_once=False)
 
     @_dump.register_fake
     def _dump_fake(site: int, inputs: List[Optional[torch.Tensor]],
@@ -102,11 +122,13 @@ def recompile_with_hooks(model: torch.nn.Module) -> None:
             reset_code(code)
 
 
-def add_site(session: _Session, op_type: str, name: str, want_in: bool, want_out: bool) -> int:
+def add_site(session: _Session, op_type: str, name: str, want_in: bool, want_out: bool) -> Site:
+    """A new dump point; it stays in the table for as long as something holds the Site."""
     with _lock:
-        site = _next_site[0]
+        number = _next_site[0]
         _next_site[0] += 1
-        _sites[site] = (session, op_type, name, want_in, want_out)
+        site = Site(number, session, op_type, name, want_in, want_out)
+        _sites[number] = site
     return site
 
 
@@ -172,11 +194,11 @@ if UNAVAILABLE is None:
 
 class GradientTap:
     """A forward pre-hook (side "input") or forward hook (side "output") that passes the
-    module's tensors that require a gradient through _GradientPoint."""
+    module's tensors that require a gradient through _GradientPoint. It holds its Site."""
 
     __slots__ = ("site", "side")
 
-    def __init__(self, site: int, side: str) -> None:
+    def __init__(self, site: Site, side: str) -> None:
         self.site = site
         self.side = side
 
@@ -195,6 +217,6 @@ class GradientTap:
         _map_tensors(value, note, count)
         if not tensors:
             return None  # nothing here gets a gradient: the hook changes nothing
-        views = dict(zip(slots, _GradientPoint.apply(self.site, self.side, tuple(slots),
+        views = dict(zip(slots, _GradientPoint.apply(self.site.number, self.side, tuple(slots),
                                                      count[0], *tensors)))
         return _map_tensors(value, lambda slot, t: views.get(slot, t), [0])
