@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "client/client_impl.h"
+#include "client/strided_copy.h"
 
 namespace dumpd::client {
 namespace {
@@ -11,6 +12,12 @@ namespace {
 // complex64/complex128 have no statistics row: their bytes go to the daemon as they are.
 bool hasValueStatistics(DType dtype) {
   return dtype != DType::kComplex64 && dtype != DType::kComplex128;
+}
+
+// A host tensor whose strides are not the C-ordered ones: copied with copyStrided.
+bool isStrided(const Tensor& t) {
+  return !t.strides.empty() && t.strides.size() == t.shape.size() &&
+         !isCContiguous(t.shape, t.strides, dtypeSize(t.dtype));
 }
 
 uint64_t nowMicros() {
@@ -130,6 +137,19 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
                            ": " + std::to_string(t.bytes) + " bytes given, shape and " +
                            std::string(dtypeName(t.dtype)) + " need " + std::to_string(want));
     }
+    if (!t.strides.empty() && t.strides.size() != t.shape.size()) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
+                           ": " + std::to_string(t.strides.size()) + " strides given for " +
+                           std::to_string(t.shape.size()) + " dimensions");
+    }
+    const bool strided = isStrided(t);
+    if (strided && (t.memory != Memory::kHost || dtypeSize(t.dtype) == 0)) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
+                           ": strides are for host tensors of whole-byte elements; make this " +
+                           std::string(dtypeName(t.dtype)) + " tensor contiguous first");
+    }
     ipc::TensorSpec s;
     s.io = static_cast<uint8_t>(t.io);
     s.dtype = static_cast<uint8_t>(t.dtype);
@@ -150,7 +170,7 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
       s.payload = ipc::PayloadKind::kDeferred;
       s.data_bytes = ipc::kDeferredHeaderBytes + t.bytes;
     }
-    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(t, s);
+    if (dump_once && t.identity != 0 && t.bytes != 0 && !strided) m.markRepeat(t, s);
     m.specs.push_back(s);
     m.selected.push_back(&t);
     payload_bytes += s.data_bytes;
@@ -258,6 +278,9 @@ Result<bool> Client::dumpOp(const OpCall& op) {
         c.elements = elementCount(t->shape).value_or(0);
       }
       m.device_copies.push_back(c);
+    } else if (isStrided(*t)) {
+      copyStrided(m.payloads[i], static_cast<const std::byte*>(t->data), t->shape, t->strides,
+                  dtypeSize(t->dtype));
     } else {
       std::memcpy(m.payloads[i], t->data, t->bytes);
     }

@@ -7,19 +7,44 @@
 
 namespace dumpd::python {
 
-void HeldBuffer::acquire(py::handle obj, const std::string& what) {
+namespace {
+
+// A strided view (no indirection), or false with no error set.
+bool getStrided(PyObject* obj, Py_buffer& view) {
+  if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES | PyBUF_FORMAT) == 0) return true;
+  PyErr_Clear();
+  return false;
+}
+
+}  // namespace
+
+void HeldBuffer::acquire(py::handle obj, const std::string& what, bool strided_ok) {
   constexpr int kFlags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
   if (PyObject_CheckBuffer(obj.ptr())) {
     if (PyObject_GetBuffer(obj.ptr(), &view_, kFlags) == 0) {
       held_ = true;
       return;
     }
-    PyErr_Clear();  // not C-contiguous (or not exportable as such): try numpy below
+    PyErr_Clear();  // not C-contiguous (or not exportable as such)
+    if (strided_ok && getStrided(obj.ptr(), view_)) {
+      held_ = true;
+      keepStrides();
+      return;
+    }
   } else if (!py::hasattr(obj, "__array__") && !py::hasattr(obj, "__array_interface__")) {
     throw py::type_error(what + " must be a numpy array or an object with the buffer " +
                          "protocol, got " + typeName(obj));
   }
   py::object numpy = py::module_::import("numpy");
+  if (strided_ok) {  // an array-like: numpy's view of it, as it is laid out
+    py::object array = numpy.attr("asarray")(obj);
+    if (PyObject_CheckBuffer(array.ptr()) && getStrided(array.ptr(), view_)) {
+      copy_ = std::move(array);
+      held_ = true;
+      keepStrides();
+      return;
+    }
+  }
   copy_ = numpy.attr("ascontiguousarray")(obj);
   if (PyObject_GetBuffer(copy_.ptr(), &view_, kFlags) != 0) {
     PyErr_Clear();
@@ -28,6 +53,12 @@ void HeldBuffer::acquire(py::handle obj, const std::string& what) {
     throw py::type_error(what + ": unsupported dtype " + dtype);
   }
   held_ = true;
+}
+
+void HeldBuffer::keepStrides() {
+  strides_.clear();
+  if (view_.strides == nullptr || PyBuffer_IsContiguous(&view_, 'C') != 0) return;
+  strides_.assign(view_.strides, view_.strides + view_.ndim);
 }
 
 DType dtypeOfBuffer(const Py_buffer& v, const std::string& what) {

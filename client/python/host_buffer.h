@@ -14,7 +14,9 @@ namespace dumpd::python {
 
 namespace py = pybind11;
 
-// A C-contiguous view of a Python object's memory. Holds the exporter (and the contiguous
+// A view of a Python object's memory: C-contiguous, or (acquire(..., strided_ok=true)) with
+// the exporter's strides, so a transposed or channels-last array is copied once, into the
+// ring, instead of into a contiguous temporary first. Holds the exporter (and the contiguous
 // copy, when one was needed) alive. REQUIRES: constructed and destroyed with the GIL held.
 class HeldBuffer {
  public:
@@ -27,14 +29,19 @@ class HeldBuffer {
 
   // Raises TypeError for objects that are neither buffers nor array-likes, and for dtypes
   // that cannot be exported as a buffer (object, datetime, ...).
-  void acquire(py::handle obj, const std::string& what);
+  void acquire(py::handle obj, const std::string& what, bool strided_ok = false);
 
   const Py_buffer& view() const { return view_; }
+  // The byte strides of a view that is not C-contiguous; empty for a C-contiguous one.
+  const std::vector<int64_t>& strides() const { return strides_; }
 
  private:
+  void keepStrides();
+
   Py_buffer view_{};
   bool held_ = false;
   py::object copy_;
+  std::vector<int64_t> strides_;
 };
 
 // The element type of a buffer from its struct-module format ("f", "<i8", "Zd", "?").

@@ -28,7 +28,7 @@ void prepareDevice(const DeviceArray& a, Io io, uint32_t slot, std::string_view 
 
 void prepareTensor(py::handle array, const std::optional<std::string>& dtype_override, Io io,
                    uint32_t slot, std::string_view format, const std::string& what,
-                   PreparedTensor& out) {
+                   PreparedTensor& out, bool strided_ok) {
   if (array.is_none()) throw py::type_error(what + " is None");
   if (py::isinstance<DeviceArray>(array)) {
     if (dtype_override) throw py::value_error(what + ": a DeviceArray carries its own dtype");
@@ -43,7 +43,8 @@ void prepareTensor(py::handle array, const std::optional<std::string>& dtype_ove
     out.keep = py::reinterpret_borrow<py::object>(array);
     return;
   }
-  out.buffer.acquire(array, what);
+  // int4 doubles the last dimension (packed pairs): its strides would not describe it.
+  out.buffer.acquire(array, what, strided_ok && dtype_override.value_or("") != "int4");
   const Py_buffer& v = out.buffer.view();
   const DType natural = dtypeOfBuffer(v, what);
   out.shape.clear();
@@ -57,6 +58,7 @@ void prepareTensor(py::handle array, const std::optional<std::string>& dtype_ove
   out.tensor.data = v.buf;
   out.tensor.bytes = static_cast<uint64_t>(v.len);
   out.tensor.format = format;
+  out.tensor.strides = out.buffer.strides();
 }
 
 client::Tensor filteredTensor(Io io, uint32_t slot) {

@@ -31,9 +31,11 @@ struct PreparedTensor {
 };
 
 // Fills `out` from a Python array and an optional dtype override (see dump()'s docstring).
+// strided_ok: a host array that is not C-contiguous keeps its strides (the client copies it
+// in C order, in one pass, into the ring); otherwise it is made contiguous here first.
 void prepareTensor(py::handle array, const std::optional<std::string>& dtype_override, Io io,
                    uint32_t slot, std::string_view format, const std::string& what,
-                   PreparedTensor& out);
+                   PreparedTensor& out, bool strided_ok = false);
 
 // A placeholder for a tensor the pushed-down filter rejected: never read, only counted.
 client::Tensor filteredTensor(Io io, uint32_t slot);

@@ -193,7 +193,7 @@ bool PyClient::dump(const std::string& op_type, const std::string& op_name, cons
     return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
   }
   PreparedTensor p;
-  prepareTensor(array, dtype, which, s, format, "array", p);
+  prepareTensor(array, dtype, which, s, format, "array", p, /*strided_ok=*/true);
   op.tensors = std::span(&p.tensor, 1);
   op.stream = reinterpret_cast<client::StreamHandle>(stream.value_or(p.cai_stream));
   return unwrap(locked([&](client::Client& c) { return c.dumpOp(op); }));
@@ -224,7 +224,8 @@ bool PyClient::dumpOp(const std::string& op_type, const std::string& op_name, py
       if (ref) {
         if (selected) {
           PreparedTensor& p = prepared.emplace_back();
-          prepareTensor(ref->array, ref->dtype, io, slot, "DefaultFormat", what, p);
+          prepareTensor(ref->array, ref->dtype, io, slot, "DefaultFormat", what, p,
+                        /*strided_ok=*/true);
           p.tensor.identity = ref->identity;
           tensors.push_back(p.tensor);
         } else {
