@@ -29,8 +29,8 @@ counter is read after the warm-up and at the end: the timed steps must not recom
 bytes_written/tensors_written are what the daemon wrote for the timed steps (flush counts,
 warm-up excluded; statistic rows count as tensors, 0 bytes), bytes_committed what the client
 copied into its ring for them, dump_call_s_per_step the client's stats dump_ns per timed step
-(the copy into the ring, blocked waits included; not the contiguous copy the binding makes
-first of a non-contiguous array, e.g. inductor's channels-last buffers); with --dumpd-pid,
+(the copy into the ring, blocked waits included; a non-contiguous array, e.g. inductor's
+channels-last buffers, is copied through its strides in that one copy); with --dumpd-pid,
 daemon_cpu_s_per_step the daemon's CPU time during the configuration's blocks and their
 flushes, per step (on two cores it competes with torch's two threads).
 
