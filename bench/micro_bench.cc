@@ -1,5 +1,5 @@
 // Google Benchmark micro-benchmarks of the hot paths: ring reserve/commit/consume, the kernel
-// filter per lookup, statistics per GB, npy writing to tmpfs.
+// filter per lookup, statistics per GB, npy writing to tmpfs, the client's strided copy.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "client/strided_copy.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
 #include "ipc/shm_ring.h"
@@ -152,5 +153,46 @@ void BM_NpyWriteTmpfs(benchmark::State& state) {
 BENCHMARK(BM_NpyWriteTmpfs)->Arg(4096)->Arg(1 << 20)->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
+
+// A 16 MiB float32 tensor of shape (64, 64, 32, 32) into C order: Arg 0 is memcpy of the
+// contiguous tensor (the reference), 1 its channels-last layout (a tiled transpose), 2 a
+// slice of every other row (rows by memcpy), 3 a gather (every other element of the last
+// dimension of a tensor twice as wide).
+void BM_StridedCopy(benchmark::State& state) {
+  const std::vector<int64_t> shape{64, 64, 32, 32};
+  const size_t bytes = size_t{64} * 64 * 32 * 32 * 4;
+  std::vector<int64_t> strides;
+  size_t source = bytes;
+  switch (state.range(0)) {
+    case 1:  // NHWC storage
+      strides = {64 * 32 * 32 * 4, 4, 32 * 64 * 4, 64 * 4};
+      state.SetLabel("channels-last");
+      break;
+    case 2:  // [:, :, ::2, :] of (64, 64, 64, 32)
+      strides = {64 * 64 * 32 * 4, 64 * 32 * 4, 2 * 32 * 4, 4};
+      source = 2 * bytes;
+      state.SetLabel("slice rows");
+      break;
+    case 3:  // [..., ::2] of (64, 64, 32, 64)
+      strides = {64 * 32 * 64 * 4, 32 * 64 * 4, 64 * 4, 2 * 4};
+      source = 2 * bytes;
+      state.SetLabel("gather");
+      break;
+    default:
+      state.SetLabel("memcpy (reference)");
+  }
+  std::vector<std::byte> src(source, std::byte{1});
+  std::vector<std::byte> dst(bytes, std::byte{0});  // touched: no page faults in the loop
+  for (auto _ : state) {
+    if (strides.empty()) {
+      std::memcpy(dst.data(), src.data(), bytes);
+    } else {
+      client::copyStrided(dst.data(), src.data(), shape, strides, 4);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+BENCHMARK(BM_StridedCopy)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -200,6 +200,14 @@ def main():
                                                     "bytes_per_second", "items_per_second",
                                                     "label")}
                             for b in json.loads(micro.stdout)["benchmarks"]]
+        copies = {b["name"]: b["real_time"] for b in results["micro"]
+                  if b["name"].startswith("BM_StridedCopy/")}
+        reference = copies.get("BM_StridedCopy/0")
+        for arg, what in (("1", "channels-last"), ("3", "every other element")):
+            if reference and f"BM_StridedCopy/{arg}" in copies:
+                t = copies[f"BM_StridedCopy/{arg}"]
+                row(f"13. strided copy into C order, 16 MiB {what}, vs memcpy", t, reference,
+                    t / reference, "(figure: was ascontiguousarray + memcpy)", "ms")
 
     peaks = {}
     for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)) if "client" in want \
