@@ -170,7 +170,7 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
       s.payload = ipc::PayloadKind::kDeferred;
       s.data_bytes = ipc::kDeferredHeaderBytes + t.bytes;
     }
-    if (dump_once && t.identity != 0 && t.bytes != 0 && !strided) m.markRepeat(t, s);
+    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(t, s);
     m.specs.push_back(s);
     m.selected.push_back(&t);
     payload_bytes += s.data_bytes;

@@ -73,9 +73,9 @@ struct Tensor {
   int device = 0;  // CUDA device ordinal of `data` when memory is kCuda
   // Host tensors only: the byte stride of each dimension of `shape` (any sign, 0 for a
   // broadcast dimension), for a tensor that is not C-contiguous (a transposed view, a
-  // channels-last buffer, a slice); it is copied into the ring in C order in one pass, and
-  // never sent as a dump-once reference. Empty: C-contiguous. `bytes` is still the C-ordered
-  // size (sourceBytes of the shape).
+  // channels-last buffer, a slice); it is copied into the ring in C order in one pass. A
+  // dump-once repeat must have the same strides. Empty: C-contiguous. `bytes` is still the
+  // C-ordered size (sourceBytes of the shape).
   std::span<const int64_t> strides;
   // Dump once (Options::dump_once): nonzero names the tensor's current contents. Within one
   // step (setStep), tensors given the same identity must hold the same bytes, dtype and

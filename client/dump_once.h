@@ -28,7 +28,7 @@ class DumpOnceTable {
   };
 
   // The remembered tensor that `t` repeats: same identity, and (a check on the caller) same
-  // data pointer, byte size, dtype, shape, memory and device. nullopt otherwise.
+  // data pointer, byte size, dtype, shape, layout, memory and device. nullopt otherwise.
   std::optional<Ref> find(const Tensor& t) const;
   // Remembers `t` (identity != 0) as tensor `where`, which was sent with ipc::kMemoBit.
   // REQUIRES: canRemember(0).
@@ -37,7 +37,7 @@ class DumpOnceTable {
   // were flagged this step: the daemon keeps no more, so no more may carry kMemoBit.
   bool canRemember(size_t pending) const;
   // True when `a` and `b` may share one file: same identity, pointer, size, dtype, shape,
-  // memory and device.
+  // layout (strides, C-contiguous however given), memory and device.
   static bool sameTensor(const Tensor& a, const Tensor& b);
   // A new step: nothing of the last one may be named again.
   void clear() {
@@ -49,8 +49,9 @@ class DumpOnceTable {
  private:
   struct Entry {
     Ref ref;
-    Tensor tensor;  // what was sent; its shape points into `shape`
+    Tensor tensor;  // what was sent; its shape and strides point into these
     std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
   };
   std::unordered_map<uint64_t, Entry> entries_;
   uint32_t remembered_ = 0;  // this step, replaced entries included

@@ -59,6 +59,38 @@ TEST(DumpOnceTable, AnIdentityThatDisagreesWithTheTensorIsNotARepeat) {
   EXPECT_FALSE(DumpOnceTable::sameTensor(t, s.tensor(6)));
 }
 
+TEST(DumpOnceTable, AStridedRepeatNeedsTheSameStrides) {
+  Sample s;
+  DumpOnceTable table;
+  // The (8, 4) transpose of the (4, 8) buffer.
+  const std::vector<int64_t> shape{8, 4};
+  const std::vector<int64_t> transposed{4, 32};
+  const std::vector<int64_t> c_order{16, 4};
+  Tensor t = s.tensor(9);
+  t.shape = shape;
+  t.strides = transposed;
+  {
+    // Remembered from a copy of the strides that then goes away: the table keeps its own.
+    std::vector<int64_t> temporary = transposed;
+    Tensor first = t;
+    first.strides = temporary;
+    table.remember(first, {4, 1});
+    temporary.assign({0, 0});
+  }
+  ASSERT_TRUE(table.find(t).has_value()) << "the same strided view";
+  Tensor contiguous = t;
+  contiguous.strides = {};
+  EXPECT_FALSE(table.find(contiguous).has_value()) << "same bytes read in another order";
+  contiguous.strides = c_order;
+  EXPECT_FALSE(table.find(contiguous).has_value()) << "C-ordered strides given explicitly";
+  // A C-contiguous tensor matches whether its strides are given or not.
+  Tensor plain = s.tensor(10);
+  table.remember(plain, {5, 0});
+  const std::vector<int64_t> explicit_c{32, 4};
+  plain.strides = explicit_c;
+  EXPECT_TRUE(table.find(plain).has_value());
+}
+
 TEST(DumpOnceTable, RemembersNoMoreThanTheDaemonKeepsPerStep) {
   Sample s;
   DumpOnceTable table;

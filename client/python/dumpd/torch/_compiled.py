@@ -6,6 +6,8 @@ traced hook calls ``torch.ops.dumpd.dump(site, inputs, outputs)`` instead:
 
 * it is a ``torch.library`` custom op with a fake (meta) implementation that does nothing,
   so dynamo and AOTAutograd trace it without running it;
+* ``keys`` is filled by inductor's post-grad pass of dumpd.torch._graph_pass (empty until
+  then): the graph's own numbers for values several dump points take (dump once);
 * it is registered as an *ordered effect*, so AOTAutograd threads an effect token through
   it and inductor keeps it, in program order, although it returns nothing;
 * ``site`` is a plain integer naming the hook (op type, full name, sides, session) in a
@@ -23,8 +25,10 @@ the gradients at the module's outputs (its inputs), then those of the module's i
 outputs), as the eager full backward hooks name them.
 
 The compiled graph hands the op its intermediate buffers. Inductor reuses a buffer for a
-later result without bumping the tensor's version counter, so dump once (a repeated tensor
-sent as a reference) is off for tensors dumped from a compiled graph: each is copied.
+later result without bumping the tensor's version counter, so the eager dump once (keyed by
+tensor object and version) is off for tensors dumped from a compiled graph. Instead, an
+inductor post-grad pass (dumpd.torch._graph_pass) numbers the graph values that several dump
+points take, in the op's ``keys`` argument, and the repeats go as references by those.
 
 Needs ``torch.library.custom_op`` and ordered effects (torch 2.5 and later); with an older
 torch, attach() hooks run eagerly only, as before.
@@ -38,6 +42,7 @@ from typing import Any, List, Optional
 
 import torch
 
+from dumpd.torch import _graph_pass
 from dumpd.torch._session import _Session
 
 _OP = "dumpd::dump"
@@ -87,16 +92,16 @@ if UNAVAILABLE is None:
 
     @torch.library.custom_op(_OP, mutates_args=())
     def _dump(site: int, inputs: List[Optional[torch.Tensor]],
-              outputs: List[Optional[torch.Tensor]]) -> None:
+              outputs: List[Optional[torch.Tensor]], keys: List[int]) -> None:
         entry = _sites.get(site)
         if entry is None:  # the hook was removed (or its model dropped) after compiling
             return
         entry.session.dump(entry.op_type, entry.name, inputs, outputs, entry.want_in,
-                           entry.want_out, dump_once=False)
+                           entry.want_out, dump_once=False, keys=keys)
 
     @_dump.register_fake
     def _dump_fake(site: int, inputs: List[Optional[torch.Tensor]],
-                   outputs: List[Optional[torch.Tensor]]) -> None:
+                   outputs: List[Optional[torch.Tensor]], keys: List[int]) -> None:
         return None
 
     torch.library._register_effectful_op(_OP, torch.library.EffectType.ORDERED)
@@ -108,7 +113,9 @@ def recompile_with_hooks(model: torch.nn.Module) -> None:
     class compiled earlier without hooks would run that graph and dump nothing. attach()
     turns that shortcut off and drops the graphs compiled for the forward code of the
     model's module classes: they are compiled again, once, with the dump points. Steps and
-    selections never recompile."""
+    selections never recompile. It also installs inductor's pass that numbers the values dump
+    points share (dumpd.torch._graph_pass), so those are dumped once."""
+    _graph_pass.install()
     dynamo = getattr(torch, "_dynamo", None)
     config = getattr(dynamo, "config", None)
     if config is not None and getattr(config, "skip_nnmodule_hook_guards", False):
@@ -153,7 +160,7 @@ def _flatten(value: Any, out: List[Optional[torch.Tensor]]) -> List[Optional[tor
 
 def emit(site: int, inputs: Any, outputs: Any) -> None:
     """What a hook does while dynamo traces it: one dumpd::dump node in the graph."""
-    torch.ops.dumpd.dump(site, _flatten(inputs, []), _flatten(outputs, []))
+    torch.ops.dumpd.dump(site, _flatten(inputs, []), _flatten(outputs, []), [])
 
 
 def _map_tensors(value: Any, fn: Any, counter: List[int]) -> Any:
@@ -186,9 +193,9 @@ if UNAVAILABLE is None:
             for slot, g in zip(ctx.slots, grads):
                 full[slot] = g
             if ctx.side == "output":  # gradients at the module's outputs: the op's inputs
-                torch.ops.dumpd.dump(ctx.site, full, [])
+                torch.ops.dumpd.dump(ctx.site, full, [], [])
             else:
-                torch.ops.dumpd.dump(ctx.site, [], full)
+                torch.ops.dumpd.dump(ctx.site, [], full, [])
             return (None, None, None, None) + grads
 
 

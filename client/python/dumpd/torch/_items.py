@@ -94,8 +94,7 @@ class _Identities:
         entry = self.entries.get(key)
         if entry is not None and entry[0]() is t and entry[1] == version:
             return entry[2]
-        identity = self.next
-        self.next += 1
+        identity = self.fresh()
         try:
             ref = _Ref(t, self.gone)
         except TypeError:
@@ -103,6 +102,38 @@ class _Identities:
         ref.key = key
         self.entries[key] = (ref, version, identity)
         return identity
+
+    def fresh(self) -> int:
+        """A new identity, never given before (compiled graphs' repeats take these too)."""
+        identity = self.next
+        self.next += 1
+        return identity
+
+
+class _Links:
+    """Dump once in a compiled graph: identities by the graph's own value numbers
+    (dumpd.torch._graph_pass). A number's first dump point in a graph run takes a new
+    identity; its later ones in that run take the same. Runs before any of them in program
+    order, so a later one never sees an identity of another run or step."""
+
+    __slots__ = ("identities", "values")
+
+    def __init__(self, identities: _Identities) -> None:
+        self.identities = identities
+        self.values: Dict[int, int] = {}
+
+    def resolve(self, keys: Any) -> List[int | None]:
+        out: List[int | None] = []
+        for k in keys:
+            if k > 0:
+                identity = self.identities.fresh()
+                self.values[k] = identity
+                out.append(identity)
+            elif k < 0:
+                out.append(self.values.get(-k))
+            else:
+                out.append(None)
+        return out
 
 
 def _whole_view_base(t: torch.Tensor) -> torch.Tensor:
@@ -129,8 +160,9 @@ class _Items:
         self.keep: List[Any] = []
         self.cuda_device: int | None = None
 
-    def item(self, value: Any) -> Any:
-        """One dump_op item for `value`: an array, an (array, dtype) pair, or None."""
+    def item(self, value: Any, linked: int | None = None) -> Any:
+        """One dump_op item for `value`: an array, an (array, dtype[, identity]) tuple, or
+        None. `linked`: the identity a compiled graph's value numbers gave it."""
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
             return None
         if value.is_cuda and value.dtype in _DEVICE_DTYPES and self.session.cuda_on_device():
@@ -139,9 +171,14 @@ class _Items:
             return None
         else:
             item = self.plain_item(value)
-        if item is None or not value.is_contiguous() or not self.dump_once:
+        if item is None or (value.is_cuda and not value.is_contiguous()):
             return item  # a contiguous copy is new each time: nothing to repeat
-        identity = self.session.identities.of(_whole_view_base(value))
+        if self.dump_once:
+            identity = self.session.identities.of(_whole_view_base(value))
+        elif linked is not None:
+            identity = linked
+        else:
+            return item
         if isinstance(item, tuple):
             return (item[0], item[1], identity)
         return (item, None, identity)
@@ -191,6 +228,10 @@ class _Items:
         out: List[Any] = []
         self.flatten(value, out)
         return out
+
+    def of_linked(self, values: List[Any], linked: List[int | None]) -> List[Any]:
+        """The items of a compiled graph's flat list of tensors, each with its identity."""
+        return [self.item(v, i) for v, i in zip(values, linked)]
 
     def stream(self) -> int | None:
         """The current stream of the op's CUDA device: the snapshot is enqueued on it."""

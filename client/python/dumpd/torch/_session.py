@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 import dumpd
-from dumpd.torch._items import _Identities, _Items
+from dumpd.torch._items import _Identities, _Items, _Links
 
 
 def _check_errors(errors: str) -> None:
@@ -22,11 +22,12 @@ def _warn(error: dumpd.DaemonError, what: str) -> None:
 class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
-    __slots__ = ("client", "errors", "error", "cuda_mode", "identities")
+    __slots__ = ("client", "errors", "error", "cuda_mode", "identities", "links")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
         self.identities = _Identities()
+        self.links = _Links(self.identities)
         self.errors = errors
         self.error: dumpd.DaemonError | None = None
         self.cuda_mode: str | None = None  # "device" or "host", decided at the first one
@@ -49,20 +50,30 @@ class _Session:
         return self.cuda_mode == "device"
 
     def dump(self, op_type: str, name: str, inputs: Any, outputs: Any, want_in: bool,
-             want_out: bool, dump_once: bool = True) -> None:
+             want_out: bool, dump_once: bool = True, keys: Any = None) -> None:
         """Dumps the selected sides of one op execution (nothing is touched otherwise).
-        dump_once=False: every tensor is copied, none sent as a reference to an earlier
-        dump (tensors from a compiled graph, whose buffers are reused unversioned)."""
+        dump_once=False: no tensor is matched by object and version (tensors from a compiled
+        graph, whose buffers are reused unversioned); `keys` then says which repeat an
+        earlier dump point's value of the same graph run (_graph_pass: one per slot of the
+        flat `inputs` and `outputs` lists)."""
         if self.error is not None:
             return
+        linked = None
+        if keys and len(keys) == len(inputs) + len(outputs):
+            linked = self.links.resolve(keys)  # also when nothing is dumped: the firsts
         client = self.client
         try:
             want_in = want_in and client.should_dump(name, "input")
             want_out = want_out and client.should_dump(name, "output")
             if want_in or want_out:
                 items = _Items(self, dump_once)
-                ins = items.of(inputs) if want_in else ()
-                outs = items.of(outputs) if want_out else ()
+                if linked is not None:
+                    n = len(inputs)
+                    ins = items.of_linked(inputs, linked[:n]) if want_in else ()
+                    outs = items.of_linked(outputs, linked[n:]) if want_out else ()
+                else:
+                    ins = items.of(inputs) if want_in else ()
+                    outs = items.of(outputs) if want_out else ()
                 client.dump_op(op_type, name, inputs=ins, outputs=outs, stream=items.stream())
         except dumpd.DaemonError as e:
             if self.errors == "raise":
