@@ -8,6 +8,9 @@
 # The flight recorder's rows only (issue 22: tests/gpu, then the recorder rows with the time
 # from a trigger to disk and the daemon's RSS), about 3 minutes:
 #   SKIP="node memory path" GPU_ARGS="--skip one,statistics,every,profile,trace,split,sync,kernels"
+# torch.compile on CUDA (issue 41, item 4: tests/gpu/test_gpu_compile.py runs with the tests),
+# the compiled rows beside the eager ones, without the recorder:
+#   SKIP="node memory path" GPU_ARGS="--compile --skip recorder,profile,trace,split,sync,kernels"
 set -uo pipefail
 cd "$(dirname "$0")"
 export DUMPD_BIN=$PWD/bin/dumpd DUMPCTL_BIN=$PWD/bin/dumpctl PYTHONPATH=$PWD/python

@@ -395,9 +395,10 @@ def device_trace(daemon, model, step, root):
             "top": [{"ms": ms, "count": n, "kernel": k} for ms, n, k in rows[:15]]}
 
 
-def bench(name, daemon, d2d, d2h, root, steps, skip):
-    model, step, title = make_workload(name)
-    for _ in range(5):
+def bench(name, daemon, d2d, d2h, root, steps, skip, compiled=False):
+    model, step, title = make_workload(name, compiled)
+    name = f"{name} compiled" if compiled else name
+    for _ in range(5):  # compiled: the first call compiles (dumped runs recompile once too)
         timed(step)
     host = []
     undumped = statistics.median(timed(step, host) for _ in range(15))
@@ -496,6 +497,10 @@ def main():
     ap.add_argument("--workloads", default="gpt,resnet")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--root", default="/dev/shm/dumpd-gpu-bench")
+    ap.add_argument("--compile", action="store_true",
+                    help="also each workload with its forward under torch.compile (issue 41, "
+                    "item 4), against the compiled undumped step; rows under <workload>_compiled"
+                    " (the profile, trace, host split and synchronous rows are left out there)")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: one (one "
                     "iteration in full), statistics (every iteration's statistics), every "
                     "(every iteration in full), recorder, profile, trace, split, sync, "
@@ -523,6 +528,11 @@ def main():
         for w in args.workloads.split(","):
             result["workloads"][w] = bench(w, daemon, d2d, d2h, Path(args.root) / w, args.steps,
                                            skip)
+            if args.compile:
+                # The synchronous hooks would break the graph; the profiles are eager's.
+                result["workloads"][f"{w}_compiled"] = bench(
+                    w, daemon, d2d, d2h, Path(args.root) / f"{w}_compiled", args.steps,
+                    skip | {"profile", "trace", "split", "sync"}, compiled=True)
     finally:
         daemon.stop()
     Path(args.out).write_text(json.dumps(result, indent=2))

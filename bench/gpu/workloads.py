@@ -81,29 +81,34 @@ class ResNet50(nn.Module):
         return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
 
 
-def make_workload(name):
+def make_workload(name, compiled=False):
+    """(model, step, title). compiled: the step's forward is torch.compile(model) (inductor;
+    the backward is AOTAutograd's); the hooks dumpd attaches go on `model` itself."""
     torch.manual_seed(0)
     if name == "gpt":
         model = GPT().cuda()
+        forward = torch.compile(model) if compiled else model
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         x = torch.randint(0, 8192, (8, 1024), device="cuda")
 
         def step():
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits = model(x)
+                logits = forward(x)
                 loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), x.view(-1))
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        return model, step, "GPT-like d=1024 L=12 batch 8 seq 1024 bf16 autocast"
+        return model, step, "GPT-like d=1024 L=12 batch 8 seq 1024 bf16 autocast" + (
+            ", compiled" if compiled else "")
     model = ResNet50().cuda()
+    forward = torch.compile(model) if compiled else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x = torch.randn(32, 3, 224, 224, device="cuda")
     y = torch.randint(0, 1000, (32,), device="cuda")
 
     def step():
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(forward(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return model, step, "ResNet-50 batch 32 fp32 224x224"
+    return model, step, "ResNet-50 batch 32 fp32 224x224" + (", compiled" if compiled else "")

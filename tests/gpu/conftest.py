@@ -15,7 +15,9 @@ sys.modules[_spec.name] = _fixtures  # dataclasses look their module up there
 _spec.loader.exec_module(_fixtures)
 daemon = _fixtures.daemon
 dump_files = _fixtures.dump_files
+index_files = _fixtures.index_files
 make_config = _fixtures.make_config
+sanitize = _fixtures.sanitize
 
 
 def _gpu_skip_reason():
