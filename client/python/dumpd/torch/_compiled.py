@@ -18,7 +18,7 @@ traced hook calls ``torch.ops.dumpd.dump(site, inputs, outputs)`` instead:
 
 Gradients (``attach(..., backward=True)``) go through the same op, called from the
 ``backward`` of :class:`GradientTap`'s autograd function: a forward pre-hook and a forward
-hook pass the module's tensors through it (views, no copy), and its backward dumps the
+hook pass the module's tensors through it (aliases, no copy), and its backward dumps the
 gradients arriving there. AOTAutograd traces that backward into the compiled backward graph,
 in order; eagerly it runs as any autograd function. A backward op is written as two records:
 the gradients at the module's outputs (its inputs), then those of the module's inputs (its
@@ -43,6 +43,7 @@ from typing import Any, List, Optional
 import torch
 
 from dumpd.torch import _graph_pass
+from dumpd.torch._items import LINKS
 from dumpd.torch._session import _Session
 
 _OP = "dumpd::dump"
@@ -93,11 +94,13 @@ if UNAVAILABLE is None:
     @torch.library.custom_op(_OP, mutates_args=())
     def _dump(site: int, inputs: List[Optional[torch.Tensor]],
               outputs: List[Optional[torch.Tensor]], keys: List[int]) -> None:
+        # First, whatever happens to this dump point: a later one may repeat its values.
+        linked = LINKS.resolve(keys) if keys else None
         entry = _sites.get(site)
         if entry is None:  # the hook was removed (or its model dropped) after compiling
             return
         entry.session.dump(entry.op_type, entry.name, inputs, outputs, entry.want_in,
-                           entry.want_out, dump_once=False, keys=keys)
+                           entry.want_out, dump_once=False, linked=linked)
 
     @_dump.register_fake
     def _dump_fake(site: int, inputs: List[Optional[torch.Tensor]],
@@ -179,13 +182,17 @@ def _map_tensors(value: Any, fn: Any, counter: List[int]) -> Any:
 if UNAVAILABLE is None:
 
     class _GradientPoint(torch.autograd.Function):
-        """Identity (views) forward; backward dumps the gradients at those tensors."""
+        """Identity forward; backward dumps the gradients at those tensors. The outputs are
+        aliases made with detach() (same storage and version counter, no copy), not views:
+        autograd refuses an in-place op on a view a custom Function returned, and models
+        change module outputs in place (`out += identity` in a ResNet block, ReLU(inplace=True)
+        after a hooked module)."""
 
         @staticmethod
         def forward(ctx: Any, site: int, side: str, slots: tuple, count: int,
                     *tensors: torch.Tensor) -> tuple:
             ctx.site, ctx.side, ctx.slots, ctx.count = site, side, slots, count
-            return tuple(t.view_as(t) for t in tensors)
+            return tuple(t.detach() for t in tensors)
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> tuple:
@@ -224,6 +231,11 @@ class GradientTap:
         _map_tensors(value, note, count)
         if not tensors:
             return None  # nothing here gets a gradient: the hook changes nothing
-        views = dict(zip(slots, _GradientPoint.apply(self.site.number, self.side, tuple(slots),
-                                                     count[0], *tensors)))
-        return _map_tensors(value, lambda slot, t: views.get(slot, t), [0])
+        aliases = _GradientPoint.apply(self.site.number, self.side, tuple(slots), count[0],
+                                       *tensors)
+        if not is_compiling():  # eager dump once: an alias is the tensor it aliases
+            identities = self.site.session.identities
+            for t, a in zip(tensors, aliases):
+                identities.alias(a, t)
+        by_slot = dict(zip(slots, aliases))
+        return _map_tensors(value, lambda slot, t: by_slot.get(slot, t), [0])

@@ -3,6 +3,8 @@ dumpd.DeviceArray, nested outputs flattened one slot per leaf."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
@@ -66,17 +68,21 @@ class _Ref(weakref.ref):
     __slots__ = ("key",)
 
 
+# Every identity of the process comes from here: two attach() sessions on one client (or a
+# compiled graph's links beside them) can never name two tensors with one number.
+_NUMBERS = itertools.count(1)
+
+
 class _Identities:
     """Dump once: one identity per (tensor object, version counter). Within a step, the very
     tensor dumped again (a module's output as the next module's input), unchanged since, gets
     the identity it had, and the client sends a reference instead of its bytes. An entry goes
     away with its tensor (weakref), so a new tensor can never inherit an identity."""
 
-    __slots__ = ("entries", "next", "gone", "__weakref__")
+    __slots__ = ("entries", "gone", "__weakref__")
 
     def __init__(self) -> None:
         self.entries: Dict[int, Tuple[Any, int, int]] = {}
-        self.next = 1
         entries = self.entries
 
         def gone(ref: Any) -> None:
@@ -104,36 +110,50 @@ class _Identities:
         return identity
 
     def fresh(self) -> int:
-        """A new identity, never given before (compiled graphs' repeats take these too)."""
-        identity = self.next
-        self.next += 1
-        return identity
+        """A new identity, never given before in this process."""
+        return next(_NUMBERS)
+
+    def alias(self, t: torch.Tensor, same_as: torch.Tensor) -> None:
+        """`t` holds `same_as`'s bytes (an alias sharing its storage and version counter):
+        it takes the identity `same_as` has now, if it has one."""
+        entry = self.entries.get(id(same_as))
+        try:
+            if entry is None or entry[0]() is not same_as or entry[1] != same_as._version:
+                return
+            version = t._version
+            ref = _Ref(t, self.gone)
+        except (RuntimeError, TypeError):
+            return
+        ref.key = id(t)
+        self.entries[ref.key] = (ref, version, entry[2])
 
 
-class _Links:
+class _Links(threading.local):
     """Dump once in a compiled graph: identities by the graph's own value numbers
-    (dumpd.torch._graph_pass). A number's first dump point in a graph run takes a new
-    identity; its later ones in that run take the same. Runs before any of them in program
-    order, so a later one never sees an identity of another run or step."""
+    (dumpd.torch._graph_pass), whichever attach() session each dump point belongs to. A
+    number's first dump point in a graph run takes a new identity; its later ones in that run
+    take the same. A thread runs one graph at a time and the first precedes the later ones in
+    program order, so a later one never sees another run's identity."""
 
-    __slots__ = ("identities", "values")
-
-    def __init__(self, identities: _Identities) -> None:
-        self.identities = identities
+    def __init__(self) -> None:
         self.values: Dict[int, int] = {}
 
     def resolve(self, keys: Any) -> List[int | None]:
         out: List[int | None] = []
+        values = self.values
         for k in keys:
             if k > 0:
-                identity = self.identities.fresh()
-                self.values[k] = identity
+                identity = next(_NUMBERS)
+                values[k] = identity
                 out.append(identity)
             elif k < 0:
-                out.append(self.values.get(-k))
+                out.append(values.get(-k))
             else:
                 out.append(None)
         return out
+
+
+LINKS = _Links()
 
 
 def _whole_view_base(t: torch.Tensor) -> torch.Tensor:

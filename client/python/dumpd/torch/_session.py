@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 import dumpd
-from dumpd.torch._items import _Identities, _Items, _Links
+from dumpd.torch._items import _Identities, _Items
 
 
 def _check_errors(errors: str) -> None:
@@ -22,12 +22,11 @@ def _warn(error: dumpd.DaemonError, what: str) -> None:
 class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
-    __slots__ = ("client", "errors", "error", "cuda_mode", "identities", "links")
+    __slots__ = ("client", "errors", "error", "cuda_mode", "identities")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
         self.identities = _Identities()
-        self.links = _Links(self.identities)
         self.errors = errors
         self.error: dumpd.DaemonError | None = None
         self.cuda_mode: str | None = None  # "device" or "host", decided at the first one
@@ -50,17 +49,16 @@ class _Session:
         return self.cuda_mode == "device"
 
     def dump(self, op_type: str, name: str, inputs: Any, outputs: Any, want_in: bool,
-             want_out: bool, dump_once: bool = True, keys: Any = None) -> None:
+             want_out: bool, dump_once: bool = True, linked: Any = None) -> None:
         """Dumps the selected sides of one op execution (nothing is touched otherwise).
         dump_once=False: no tensor is matched by object and version (tensors from a compiled
-        graph, whose buffers are reused unversioned); `keys` then says which repeat an
-        earlier dump point's value of the same graph run (_graph_pass: one per slot of the
-        flat `inputs` and `outputs` lists)."""
+        graph, whose buffers are reused unversioned); `linked` then gives each slot of the
+        flat `inputs` and `outputs` lists its identity from the graph's value numbers
+        (_items.LINKS), or None."""
         if self.error is not None:
             return
-        linked = None
-        if keys and len(keys) == len(inputs) + len(outputs):
-            linked = self.links.resolve(keys)  # also when nothing is dumped: the firsts
+        if linked is not None and len(linked) != len(inputs) + len(outputs):
+            linked = None
         client = self.client
         try:
             want_in = want_in and client.should_dump(name, "input")
