@@ -46,9 +46,10 @@ for them the inputs are dumped by a forward *pre*-hook (a separate record of the
 before the module runs) so the dumped input is the real one. ``backward=True`` passes each
 module's tensors through an autograd function whose backward dumps their gradients (torch
 2.5 and later: it works under torch.compile too) or uses ``register_full_backward_hook``
-(older torch). Either way PyTorch does not allow an in-place module to modify a hooked
-module's output ("... is a view and is being modified inplace"); use ``inplace=False``
-modules then.
+(older torch). Either way PyTorch does not allow an in-place change of a hooked module's
+output ("... is a view and is being modified inplace"): attach(backward=True) refuses
+in-place modules with a ValueError naming them (use ``inplace=False``), and an in-place
+change in a parent's forward (``out += identity``) must be written out of place.
 
 Under ``torch.compile`` the hooks are traced: each puts a ``dumpd::dump`` custom op in the
 graph (dumpd/torch/_compiled.py), so nothing breaks the graph, and what is selected is

@@ -52,6 +52,22 @@ _HOOK_ARGUMENTS = {
 }
 
 
+def _refuse_in_place_modules(model: torch.nn.Module, prefix: str) -> None:
+    """backward=True hands each module views of its tensors (the gradient dump points, or
+    torch's full backward hooks), and autograd refuses an in-place op on such a view at the
+    first forward, with an error that names neither dumpd nor the module: say so now."""
+    modules = dict(model.named_modules())
+    in_place = [path or type(model).__name__ for path in op_names(model, prefix)
+                if getattr(modules[path], "inplace", False)]
+    if in_place:
+        shown = ", ".join(in_place[:8]) + (f" and {len(in_place) - 8} more"
+                                           if len(in_place) > 8 else "")
+        raise ValueError(
+            f"attach(backward=True) cannot dump gradients around in-place modules: PyTorch "
+            f"refuses an in-place change of a tensor a gradient hook hands on. Set "
+            f"inplace=False on {shown} (or attach with backward=False)")
+
+
 class _Hook:
     """One hook of one leaf module: each call dumps one op execution (one dump_op). Traced
     by torch.compile, it puts a dumpd::dump op in the graph instead (dumpd.torch._compiled);
@@ -137,6 +153,8 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     if not isinstance(client, dumpd.Client):
         raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
     _check_errors(errors)
+    if backward:
+        _refuse_in_place_modules(model, prefix)
     session = _Session(client, errors)
     # A model on CUDA: pin the ring and set up staging now, not inside the first dumped step.
     devices = {t.device.index for t in list(model.parameters()) + list(model.buffers())

@@ -18,7 +18,7 @@ traced hook calls ``torch.ops.dumpd.dump(site, inputs, outputs)`` instead:
 
 Gradients (``attach(..., backward=True)``) go through the same op, called from the
 ``backward`` of :class:`GradientTap`'s autograd function: a forward pre-hook and a forward
-hook pass the module's tensors through it (aliases, no copy), and its backward dumps the
+hook pass the module's tensors through it (views, no copy), and its backward dumps the
 gradients arriving there. AOTAutograd traces that backward into the compiled backward graph,
 in order; eagerly it runs as any autograd function. A backward op is written as two records:
 the gradients at the module's outputs (its inputs), then those of the module's inputs (its
@@ -182,17 +182,18 @@ def _map_tensors(value: Any, fn: Any, counter: List[int]) -> Any:
 if UNAVAILABLE is None:
 
     class _GradientPoint(torch.autograd.Function):
-        """Identity forward; backward dumps the gradients at those tensors. The outputs are
-        aliases made with detach() (same storage and version counter, no copy), not views:
-        autograd refuses an in-place op on a view a custom Function returned, and models
-        change module outputs in place (`out += identity` in a ResNet block, ReLU(inplace=True)
-        after a hooked module)."""
+        """Identity (views) forward; backward dumps the gradients at those tensors.
+
+        Views, not detach() aliases: autograd refuses an in-place op on a view a custom
+        Function returned (attach() turns away in-place modules for that reason), but an
+        alias it does not know as one would let an in-place op change the caller's tensor
+        without its history, and the gradients would be silently wrong."""
 
         @staticmethod
         def forward(ctx: Any, site: int, side: str, slots: tuple, count: int,
                     *tensors: torch.Tensor) -> tuple:
             ctx.site, ctx.side, ctx.slots, ctx.count = site, side, slots, count
-            return tuple(t.detach() for t in tensors)
+            return tuple(t.view_as(t) for t in tensors)
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> tuple:
@@ -231,11 +232,6 @@ class GradientTap:
         _map_tensors(value, note, count)
         if not tensors:
             return None  # nothing here gets a gradient: the hook changes nothing
-        aliases = _GradientPoint.apply(self.site.number, self.side, tuple(slots), count[0],
-                                       *tensors)
-        if not is_compiling():  # eager dump once: an alias is the tensor it aliases
-            identities = self.site.session.identities
-            for t, a in zip(tensors, aliases):
-                identities.alias(a, t)
-        by_slot = dict(zip(slots, aliases))
-        return _map_tensors(value, lambda slot, t: by_slot.get(slot, t), [0])
+        views = dict(zip(slots, _GradientPoint.apply(self.site.number, self.side, tuple(slots),
+                                                     count[0], *tensors)))
+        return _map_tensors(value, lambda slot, t: views.get(slot, t), [0])

@@ -113,20 +113,6 @@ class _Identities:
         """A new identity, never given before in this process."""
         return next(_NUMBERS)
 
-    def alias(self, t: torch.Tensor, same_as: torch.Tensor) -> None:
-        """`t` holds `same_as`'s bytes (an alias sharing its storage and version counter):
-        it takes the identity `same_as` has now, if it has one."""
-        entry = self.entries.get(id(same_as))
-        try:
-            if entry is None or entry[0]() is not same_as or entry[1] != same_as._version:
-                return
-            version = t._version
-            ref = _Ref(t, self.gone)
-        except (RuntimeError, TypeError):
-            return
-        ref.key = id(t)
-        self.entries[ref.key] = (ref, version, entry[2])
-
 
 class _Links(threading.local):
     """Dump once in a compiled graph: identities by the graph's own value numbers
