@@ -157,3 +157,47 @@ def test_installing_keeps_a_programs_own_post_grad_pass() -> None:
         torch._dynamo.reset()
         torch.compile(lambda t: (t * 2).sum())(torch.ones(3))
     assert seen, "the program's own pass no longer runs"
+
+
+class Twice(nn.Module):
+    def forward(self, x: torch.Tensor):
+        y = x * 2
+        return y, y
+
+
+class TwiceParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.twice = Twice()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.twice(self.fc(x))
+        return (a * 3 + b).sum(dim=1)
+
+
+def test_a_module_returning_one_tensor_twice_compiles_with_gradients(daemon: Daemon,
+                                                                     tmp_path: Path) -> None:
+    """Dynamo refuses one tensor twice among an autograd function's inputs; each slot's
+    gradient is its own (3 and 1 here), as in eager mode."""
+    trees = []
+    for mode in ("eager", "compiled"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = TwiceParent()
+        (tmp_path / mode).mkdir()
+        client = dumpd.Client(str(make_config(tmp_path / mode)), socket=daemon.socket)
+        handle = dumpd.torch.attach(model, client, backward=True)
+        forward = torch.compile(model, fullgraph=True) if mode == "compiled" else model
+        dumpd.torch.step(client, 0)
+        forward(torch.randn(4, 6)).sum().backward()
+        client.close()
+        trees.append(index_files(dump_files(tmp_path / mode / "dump")))
+    eager, compiled = trees
+    assert sorted(compiled) == sorted(eager)
+    grad = sanitize(handle.gradient_names["twice"])
+    for tree in trees:
+        np.testing.assert_array_equal(tree[(0, grad, "input", 0)].load(), np.full((4, 6), 3.0))
+        np.testing.assert_array_equal(tree[(0, grad, "input", 1)].load(), np.full((4, 6), 1.0))
+    for key, f in eager.items():
+        np.testing.assert_allclose(compiled[key].load(), f.load(), rtol=1e-5, err_msg=str(key))

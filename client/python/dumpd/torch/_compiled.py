@@ -225,7 +225,10 @@ class GradientTap:
         def note(slot: int, t: torch.Tensor) -> torch.Tensor:
             if t.requires_grad:
                 slots.append(slot)
-                tensors.append(t)
+                # One tensor in two slots ((y, y)): the second goes as a view of it, so each
+                # slot keeps its own gradient, and dynamo, which refuses one tensor twice
+                # among an autograd function's inputs, traces it.
+                tensors.append(t.view_as(t) if any(t is u for u in tensors) else t)
             return t
 
         count = [0]
