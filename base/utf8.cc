@@ -1,5 +1,7 @@
 #include "base/utf8.h"
 
+#include <algorithm>
+
 namespace dumpd {
 namespace {
 
@@ -70,6 +72,15 @@ std::string_view cutUtf8(std::string_view s, size_t max_bytes) {
   }
   if ((static_cast<unsigned char>(s[end]) & 0xc0) == 0x80) end = max_bytes;
   return s.substr(0, end);
+}
+
+std::string toWireText(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes && isValidUtf8(s)) return std::string(s);
+  // The character that straddles max_bytes is taken whole (at most 4 bytes), so that a valid
+  // one is cut before, not replaced.
+  const size_t take = s.size() - std::min(s.size(), max_bytes) > 4 ? max_bytes + 4 : s.size();
+  const std::string valid = toValidUtf8(s.substr(0, take));
+  return std::string(cutUtf8(valid, max_bytes));
 }
 
 }  // namespace dumpd

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -16,5 +17,8 @@ std::string toValidUtf8(std::string_view s);
 // The longest prefix of `s` of at most `max_bytes` that does not end inside a multi-byte
 // character (a cut of valid UTF-8 stays valid).
 std::string_view cutUtf8(std::string_view s, size_t max_bytes);
+// Text for a protobuf `string` field from whatever bytes a user passed: invalid bytes
+// replaced by U+FFFD, then cut between characters to at most `max_bytes`.
+std::string toWireText(std::string_view s, size_t max_bytes = SIZE_MAX);
 
 }  // namespace dumpd

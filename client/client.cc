@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/utf8.h"
 #include "client/client_impl.h"
 #include "client/strided_copy.h"
 
@@ -74,7 +75,7 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
 
 Status Client::trigger(std::string_view reason) {
   v1::Control ctl;
-  ctl.mutable_trigger()->set_reason(std::string(reason.substr(0, 1024)));
+  ctl.mutable_trigger()->set_reason(toWireText(reason, ipc::kMaxTriggerReasonBytes));
   return impl_->sendControl(ctl, nullptr, 0);
 }
 
@@ -314,7 +315,7 @@ Status Client::dumpConstant(std::string_view data_id, const Tensor& tensor, uint
   v1::Control ctl;
   v1::Constant* c = ctl.mutable_constant();
   c->set_graph_id(graph_id);
-  c->set_data_id(std::string(data_id));
+  c->set_data_id(toWireText(data_id));
   c->set_dtype(static_cast<uint32_t>(tensor.dtype));
   for (int64_t d : tensor.shape) c->add_shape(d);
   c->set_timestamp_us(nowMicros());
@@ -336,7 +337,7 @@ Status Client::saveExecutionOrder(uint32_t graph_id, const std::vector<std::stri
   v1::Control ctl;
   v1::ExecutionOrder* e = ctl.mutable_execution_order();
   e->set_graph_id(graph_id);
-  for (const auto& n : op_names) e->add_op_names(n);
+  for (const auto& n : op_names) e->add_op_names(toWireText(n));
   return impl_->sendControl(ctl, nullptr, 0);
 }
 
@@ -346,9 +347,9 @@ Status Client::saveKernelArgs(std::string_view op_type, std::string_view op_name
   v1::KernelArgs* k = ctl.mutable_kernel_args();
   k->set_graph_id(impl_->graph_id);
   k->set_iteration(impl_->iteration);
-  k->set_op_type(std::string(op_type));
-  k->set_op_name(std::string(op_name));
-  for (const auto& [key, value] : args) (*k->mutable_args())[key] = value;
+  k->set_op_type(toWireText(op_type));
+  k->set_op_name(toWireText(op_name));
+  for (const auto& [key, value] : args) (*k->mutable_args())[toWireText(key)] = toWireText(value);
   return impl_->sendControl(ctl, nullptr, 0);
 }
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/printable.h"
+#include "base/utf8.h"
 #include "base/version.h"
 #include "client/client_impl.h"
 #include "ipc/socket_path.h"
@@ -127,16 +129,23 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   hello->set_rank(impl->rank);
   hello->set_device(impl->device);
   hello->set_job_config(text);
-  hello->set_producer_name(options.producer_name);
-  hello->set_producer_version(options.producer_version);
+  hello->set_producer_name(toWireText(options.producer_name, 256));
+  hello->set_producer_version(toWireText(options.producer_version, 256));
   hello->set_ring_bytes(impl->ring->mappedBytes());
   hello->set_device_staging_bytes(options.device_staging_bytes);
-  hello->set_device_target(options.device_target);
-  hello->set_config_path(options.config_path);
+  hello->set_device_target(toWireText(options.device_target, 256));
+  hello->set_config_path(toWireText(options.config_path, 4096));  // display only
   hello->set_ms_format(std::string(config::msFormatName(impl->plan.ms_format)));
   // A config without "path" dumps beneath $MS_DIAGNOSTIC_DATA_PATH: the daemon validates it
   // in our environment, so it resolves the same directory.
-  if (const char* d = std::getenv("MS_DIAGNOSTIC_DATA_PATH")) hello->set_ms_diagnostic_data_path(d);
+  if (const char* d = std::getenv("MS_DIAGNOSTIC_DATA_PATH")) {
+    // A path: replacing its bytes would name another directory.
+    if (!isValidUtf8(d)) {
+      return makeError(ErrorCode::kInvalidConfig,
+                       "MS_DIAGNOSTIC_DATA_PATH is not valid UTF-8: " + printable(d));
+    }
+    hello->set_ms_diagnostic_data_path(d);
+  }
   if (options.backpressure) {
     hello->set_backpressure(*options.backpressure == ipc::Backpressure::kDrop
                                 ? v1::BACKPRESSURE_DROP

@@ -49,6 +49,9 @@ std::string_view statCategoryHeader(StatCategory c);
 // The config spelling of a category ("max", "negative zero count", "md5", "hash:sha1").
 std::string_view statCategoryName(StatCategory c);
 
+// net_name names a directory of the tree: at most NAME_MAX bytes.
+inline constexpr size_t kMaxNetNameBytes = 255;
+
 struct DumpPlan {
   std::string config_text;  // the job config, byte for byte (copied to .dump_metadata/)
   // The MindSpore generation the tree matches: not a key of the file, the producer's choice

@@ -255,6 +255,15 @@ Status PlanParser::parseNetName(const json& v) {
     return invalid("net_name only supports alphabetic, digit, or {'-', '_'}, but got: " +
                    printable(*name));
   }
+  // It names a directory of the dump tree (rank_{id}/{net_name}/...): a name the file system
+  // cannot hold would fail at the first write (MindSpore checks only the characters; its
+  // mkdir then fails with ENAMETOOLONG).
+  if (name->size() > kMaxNetNameBytes) {
+    return invalid("net_name is " + std::to_string(name->size()) +
+                   " characters long; it names a directory of the dump tree, which holds at "
+                   "most " +
+                   std::to_string(kMaxNetNameBytes) + " (got \"" + name->substr(0, 32) + "...\")");
+  }
   plan_.net_name = std::move(name).value();
   return {};
 }

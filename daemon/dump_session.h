@@ -29,6 +29,7 @@
 #include "base/snapshot.h"
 #include "daemon/daemon_settings.h"
 #include "daemon/job_accounts.h"
+#include "daemon/log_limiter.h"
 #include "daemon/recorder_budgets.h"
 #include "daemon/ring_drain.h"
 #include "daemon/runtime_selection.h"
@@ -91,6 +92,10 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   // A manual flight recorder trigger (dumpctl trigger): the session thread fires it soon.
   // Any thread.
   void requestTrigger(std::string reason);
+  // The info lines operators' accepted commands cause (selection changes, manual triggers):
+  // 5 per 10 s a session, like its warnings (docs/operations.md); the rest are counted and
+  // said in one line.
+  void logCommand(const std::string& line);
   // dumpctl control (io thread): checks and applies `change` requested by `uid`, sends it to
   // the client (which switches at its next step mark), and queues its journal line. Returns
   // what the operator is told, or why it was refused (the job keeps its selection).
@@ -171,6 +176,7 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   std::atomic<bool> goodbye_{false};
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> operator_pending_{false};
+  LogLimiter command_log_{5, std::chrono::seconds(10)};
   Mutex trigger_mu_;
   std::string trigger_reason_ GUARDED_BY(trigger_mu_);
   bool trigger_requested_ GUARDED_BY(trigger_mu_) = false;

@@ -88,14 +88,22 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change,
   drain_->ring().wakeConsumer();
   const std::string who =
       uid ? "uid " + std::to_string(*uid) : "dumpd (" + std::string(reason) + ")";
-  spdlog::info("session {}: {} changed the selection (generation {}): iteration \"{}\"{}{}", id_,
-               who, s.generation, escapeForLog(cutUtf8(s.iteration, 256)),
-               s.paused ? ", paused" : "", s.recorder_on ? "" : ", recorder off");
+  logCommand(who + " changed the selection (generation " + std::to_string(s.generation) +
+             "): iteration \"" + escapeForLog(cutUtf8(s.iteration, 256)) + "\"" +
+             (s.paused ? ", paused" : "") + (s.recorder_on ? "" : ", recorder off"));
   return "session " + std::to_string(id_) + ": iteration \"" + s.iteration + "\"" +
          (s.paused ? ", paused" : "") +
          (drain_->plan().flight_recorder ? (s.recorder_on ? ", recorder on" : ", recorder off")
                                          : "") +
          " from the client's next step";
+}
+
+void DumpSession::logCommand(const std::string& line) {
+  const LogLimiter::Admission a = command_log_.admit();
+  if (a.suppressed != 0) {
+    spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);
+  }
+  if (a.log) spdlog::info("session {}: {}", id_, line);
 }
 
 void DumpSession::recorderStopped() {

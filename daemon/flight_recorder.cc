@@ -144,6 +144,7 @@ void FlightRecorder::publishCounts() {
   kept_bytes_.store(kept_.bytes(), std::memory_order_relaxed);
   not_whole_.store(kept_.notKeptWhole(), std::memory_order_relaxed);
   refused_for_memory_.store(kept_.refusedForMemory(), std::memory_order_relaxed);
+  discarded_for_memory_.store(kept_.discardedForMemory(), std::memory_order_relaxed);
 }
 
 std::vector<KeptRecord> FlightRecorder::keep(uint32_t iteration, KeptRecord r, uint64_t bytes,
@@ -220,6 +221,7 @@ void FlightRecorder::fillStatus(v1::RecorderStatus* out) const {
   out->set_discarded_for_space(discarded_for_space_.load(std::memory_order_relaxed));
   out->set_producer_waits(producer_waits_.load(std::memory_order_relaxed));
   out->set_refused_for_memory(refused_for_memory_.load(std::memory_order_relaxed));
+  out->set_discarded_for_memory(discarded_for_memory_.load(std::memory_order_relaxed));
 }
 
 }  // namespace dumpd::daemon

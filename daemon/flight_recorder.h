@@ -121,6 +121,9 @@ class FlightRecorder {
   // Everything kept (the session ends without a trigger).
   std::vector<KeptRecord> releaseAll();
   uint64_t keptIterations() const { return kept_.iterations(); }
+  // The kept iterations discarded whole for the shared memory budget since the last call
+  // (at most `steps`), for the trigger that fires now.
+  std::vector<uint32_t> takeGivenUpForMemory() { return kept_.takeGivenUpForMemory(); }
   // Ring bytes of the largest iteration recorded so far (kept or not).
   uint64_t largestIterationBytes() const { return largest_iteration_; }
   // Ring bytes of the records kept now (0 when discardForSpace() emptied the current
@@ -174,6 +177,7 @@ class FlightRecorder {
   std::atomic<uint64_t> discarded_for_space_{0};
   std::atomic<uint64_t> producer_waits_{0};
   std::atomic<uint64_t> refused_for_memory_{0};
+  std::atomic<uint64_t> discarded_for_memory_{0};
   std::atomic<uint32_t> triggers_{0};
   Snapshot<std::string> last_trigger_;
   Snapshot<std::string> warning_;

@@ -1,12 +1,22 @@
 #include "daemon/job_accounts.h"
 
+#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 namespace dumpd::daemon {
 
-std::shared_ptr<storage::QuotaAccount> JobAccounts::account(uid_t uid, const std::string& job) {
+JobAccounts::Digest JobAccounts::digest(std::string_view job) {
+  Digest out{};
+  unsigned int size = 0;
+  // EVP_Digest cannot fail for SHA-256 with valid arguments short of an allocation failure;
+  // an all-zero digest then only merges this uid's own jobs.
+  (void)EVP_Digest(job.data(), job.size(), out.data(), &size, EVP_sha256(), nullptr);
+  return out;
+}
+
+std::shared_ptr<storage::QuotaAccount> JobAccounts::account(uid_t uid, std::string_view job) {
+  auto key = std::make_pair(uid, digest(job));
   MutexLock lock(&mu_);
-  auto key = std::make_pair(uid, job);
   if (auto it = jobs_.find(key); it != jobs_.end()) return it->second;
   size_t& mine = per_uid_[uid];
   if (mine < max_per_uid_ && jobs_.size() + overflow_.size() < max_total_) {

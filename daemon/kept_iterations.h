@@ -8,8 +8,8 @@
 // current iteration alone does not fit, its record is handed back at once and the iteration
 // counts as not kept whole. Each record also costs daemon memory (its decoded descriptor),
 // charged to a budget shared with other sessions (its uid's share of recorder_memory_bytes): a
-// record the budget refuses discards this session's own oldest iterations first, then is
-// handed back.
+// record the budget refuses discards this session's own oldest iterations first (counted, and
+// their numbers remembered for the next trigger's journal line), then is handed back.
 //
 // Thread-safety: none; the session thread owns it (the shared budget is lock-free).
 #pragma once
@@ -63,6 +63,7 @@ class KeptIterations {
     while (full() && kept_.size() > 1) discardFront(out);
     bool charged = !full() && charge(memory);
     while (!charged && !full() && kept_.size() > 1) {
+      giveUpForMemory(kept_.front().number);
       discardFront(out);
       charged = charge(memory);
     }
@@ -141,6 +142,15 @@ class KeptIterations {
   uint64_t refusedForMemory() const { return refused_for_memory_; }
   // Iterations any of whose records were discarded to stay within max_bytes.
   uint64_t notKeptWhole() const { return not_whole_; }
+  // Iterations discarded whole to make room in the shared memory budget.
+  uint64_t discardedForMemory() const { return discarded_for_memory_; }
+  // The numbers of the last `steps` of those (a trigger says why it did not write them), and
+  // forgets them.
+  std::vector<uint32_t> takeGivenUpForMemory() {
+    std::vector<uint32_t> out(given_up_.begin(), given_up_.end());
+    given_up_.clear();
+    return out;
+  }
 
  private:
   void discardFront(std::vector<Item>& out) {
@@ -150,6 +160,12 @@ class KeptIterations {
     bytes_ -= front.bytes;
     releaseMemory(front.memory);
     kept_.pop_front();
+  }
+
+  void giveUpForMemory(uint32_t number) {
+    ++discarded_for_memory_;
+    given_up_.push_back(number);
+    while (given_up_.size() > steps_) given_up_.pop_front();
   }
 
   bool charge(uint64_t memory) {
@@ -172,6 +188,8 @@ class KeptIterations {
   uint64_t not_whole_ = 0;
   uint64_t memory_charged_ = 0;
   uint64_t refused_for_memory_ = 0;
+  uint64_t discarded_for_memory_ = 0;
+  std::deque<uint32_t> given_up_;  // at most steps_
 };
 
 }  // namespace dumpd::daemon

@@ -132,6 +132,16 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     step_graph_ = op.graph_id;
     step_iteration_ = op.iteration;
   }
+  // A pause is enforced without a step mark too: from the first record written after dumpd
+  // sent it that belongs to another iteration than the step in progress (a client that moves
+  // on without step marks would otherwise dump on while paused). The step in progress keeps
+  // the grace a step mark gets (the client may not have read the pause yet), so a job's
+  // iteration is not cut in two.
+  if (!paused_ && selection_ != nullptr &&
+      (op.iteration != step_iteration_ || op.graph_id != step_graph_) &&
+      r.end - ipc::recordLength(r.body_bytes) >= selection_->pausedFrom()) {
+    enforcePause(op.iteration);
+  }
   const bool marked = (op.flags & ipc::kOpMarked) != 0;
   // Selected iterations are written as the job says; with a flight recorder, the iterations
   // after a trigger are written with its saved_data, and every other one is kept.

@@ -151,6 +151,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // back to an older one (ring_drain_control.cc).
   void takeSelection(uint64_t named, uint32_t from_iteration);
   void applySelection(const Selection& s, uint32_t from_iteration, std::string_view how);
+  // An op record of `iteration` was written after dumpd sent a pause the drain has not
+  // applied: applies the selection in force (paused) from that iteration.
+  void enforcePause(uint32_t iteration);
   // handle() without the recorder's room check.
   bool dispatch(const ipc::RingConsumer::Record& r);
   bool handleOp(const ipc::RingConsumer::Record& r);

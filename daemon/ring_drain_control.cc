@@ -13,14 +13,9 @@
 #include "daemon/clock.h"
 #include "daemon/log_escape.h"
 #include "daemon/ring_drain.h"
+#include "ipc/proto_utf8.h"
 
 namespace dumpd::daemon {
-namespace {
-
-constexpr size_t kMaxReasonBytes = 1024;  // of a trigger's reason
-
-}  // namespace
-
 bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
   if (r.body_bytes < 8) return fail("control record shorter than 8 bytes");
   uint32_t len = 0;
@@ -29,7 +24,18 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
   if (len > static_cast<uint32_t>(INT32_MAX)) return fail("control message larger than 2 GiB");
   v1::Control ctl;
   if (!ctl.ParseFromArray(r.body + 8, static_cast<int>(len))) {
-    return fail("control record does not parse");
+    const std::string field =
+        ipc::invalidUtf8Field(ipc::WireMessage::kControl,
+                              std::string_view(reinterpret_cast<const char*>(r.body) + 8, len));
+    if (field.empty()) return fail("control record does not parse");
+    // Text the client did not make UTF-8 (an older client cut a reason inside a character):
+    // the record is skipped with a warning naming the field; the session goes on.
+    warnings_.warn("control record " + std::to_string(r.sequence) +
+                   " is skipped: its string "
+                   "field " +
+                   field + " is not valid UTF-8 (protobuf strings must be)");
+    release_.push(r.end, r.sequence, true);
+    return true;
   }
   const uint64_t payload_off = ipc::alignUp(8 + uint64_t{len}, 8);
   Status st;
@@ -98,7 +104,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       break;
     }
     case v1::Control::kTrigger:
-      triggerManually(std::string(cutUtf8(ctl.trigger().reason(), kMaxReasonBytes)));
+      triggerManually(std::string(cutUtf8(ctl.trigger().reason(), ipc::kMaxTriggerReasonBytes)));
       break;
     case v1::Control::kLoss:
       if (recorder_ && recorder_->accepts(config::RecorderTrigger::kLossSpike)) {
@@ -144,6 +150,16 @@ void RingDrain::takeSelection(uint64_t named, uint32_t from_iteration) {
       applySelection(*s, from_iteration, "enforced by dumpd");
     }
   }
+}
+
+void RingDrain::enforcePause(uint32_t iteration) {
+  const Selection s = selection_->current();
+  if (!s.paused || s.generation <= applied_generation_) return;
+  warnings_.warn(
+      "the client wrote records after dumpd sent it a pause, with no step mark to "
+      "apply it; dumpd enforces the pause from iteration " +
+      std::to_string(iteration));
+  applySelection(s, iteration, "enforced by dumpd: records came after the pause");
 }
 
 void RingDrain::applySelection(const Selection& s, uint32_t from_iteration, std::string_view how) {

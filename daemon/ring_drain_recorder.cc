@@ -213,6 +213,7 @@ void RingDrain::fire(TriggerEvent e) {
   e.device_tensors_lost = fetchDeferred(deferred, through);
   const uint32_t first = kept.empty() ? e.iteration : std::min(kept.front().number, e.iteration);
   TriggerOutcome outcome(e, through);
+  for (uint32_t i : recorder_->takeGivenUpForMemory()) outcome.givenUpForMemory(i);
   std::set<std::pair<uint32_t, uint32_t>> to_complete;  // (graph, iteration)
   for (FlightRecorder::Kept::Iteration& it : kept) {
     size_t written = 0;

@@ -101,6 +101,11 @@ Result<Selection> RuntimeSelection::change(const v1::ControlChange& change,
     return makeError(ErrorCode::kInvalidArgument, "nothing to change: " + unchanged(change, old));
   }
   next.changed_by = uid ? "uid " + std::to_string(*uid) : "dumpd (" + std::string(reason) + ")";
+  if (!next.paused) {
+    paused_from_.store(UINT64_MAX, std::memory_order_release);
+  } else if (!old.paused) {
+    paused_from_.store(next.sent_at, std::memory_order_release);
+  }
   recent_.push_back(next);
   // The initial selection stays: it is what generation 0 means.
   while (recent_.size() > kMaxKept) recent_.erase(recent_.begin() + 1);

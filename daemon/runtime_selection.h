@@ -11,6 +11,7 @@
 // is never held across anything else.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -64,6 +65,11 @@ class RuntimeSelection {
   uint64_t boundBefore(uint64_t ring_position) const;
   Selection current() const;
   bool changed() const;
+  // The client's ring position from which the selection in force pauses the job (the
+  // position when dumpd sent the pause), or UINT64_MAX while it does not pause. A record that
+  // starts past it was written after the pause was sent: the drain enforces the pause on it
+  // even when no step mark comes. Lock-free: the drain asks it for every op record.
+  uint64_t pausedFrom() const { return paused_from_.load(std::memory_order_acquire); }
   // Journal lines not yet written (the session thread appends them).
   std::vector<std::string> takeJournal();
 
@@ -82,6 +88,7 @@ class RuntimeSelection {
   std::deque<Selection> recent_ GUARDED_BY(mu_);  // oldest first; back() is current
   std::vector<std::string> journal_ GUARDED_BY(mu_);
   uint64_t journal_dropped_ GUARDED_BY(mu_) = 0;  // lines beyond kMaxQueuedJournalLines
+  std::atomic<uint64_t> paused_from_{UINT64_MAX};
 };
 
 }  // namespace dumpd::daemon

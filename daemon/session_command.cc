@@ -80,8 +80,8 @@ CommandOutcome runSessionCommand(const std::vector<std::shared_ptr<DumpSession>>
         return refuse(v1::Error::FAILED_PRECONDITION, why);
       }
       std::string reason(cutUtf8(cmd.trigger().reason(), 1024));
-      spdlog::info("session {}: manual trigger from uid {}: {}", session.id(), requester.uid,
-                   escapeForLog(reason));
+      session.logCommand("manual trigger from uid " + std::to_string(requester.uid) + ": " +
+                         escapeForLog(reason));
       session.requestTrigger(std::move(reason));
       o.ok = true;
       o.message = "triggered session " + std::to_string(session.id()) +

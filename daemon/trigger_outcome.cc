@@ -17,6 +17,10 @@ constexpr std::string_view kDeviceLost =
 constexpr std::string_view kDeviceLostPart =
     "some of its tensors stayed on the client's device and did not reach dumpd "
     "(device_tensors_lost)";
+constexpr std::string_view kMemory =
+    "its records were discarded to make room in dumpd's memory for kept records "
+    "(recorder_memory_bytes was used up: see refused_for_memory and discarded_for_memory in "
+    "status)";
 constexpr std::string_view kNothingSelected = "no op of it passed the job's filters";
 constexpr std::string_view kNotRun = "the job did not run it (its iterations went past it)";
 
@@ -62,11 +66,12 @@ TriggerEvent TriggerOutcome::close(std::optional<uint32_t> started, std::string_
   };
   // Kept iterations before the one it fired during.
   std::set<uint32_t> before;
-  for (const std::set<uint32_t>* set : {&discarded_, &lost_}) {
+  for (const std::set<uint32_t>* set : {&discarded_, &lost_, &memory_}) {
     before.insert(set->begin(), set->lower_bound(e.iteration));
   }
   for (uint32_t i : before) {
-    if (!written_.contains(i)) add(i, i, discarded_.contains(i) ? kDiscarded : kDeviceLost);
+    if (written_.contains(i)) continue;
+    add(i, i, memory_.contains(i) ? kMemory : discarded_.contains(i) ? kDiscarded : kDeviceLost);
   }
   for (uint32_t i : lost_) {
     if (written_.contains(i)) not_whole_.emplace(i, kDeviceLostPart);

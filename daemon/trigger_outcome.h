@@ -29,13 +29,30 @@ class TriggerOutcome {
   // writers (the others' tensors stayed on the client's device and were lost); `whole` when
   // none was discarded to make room.
   void kept(uint32_t iteration, size_t records, size_t written, bool whole);
-  // A record of `iteration` went to the writers while this trigger is open.
-  void wrote(uint32_t iteration) { written_.insert(iteration); }
+  // A record of `iteration` went to the writers while this trigger is open. Iterations it
+  // does not cover are not remembered (the job chooses its iterations, in any order: what
+  // this keeps is bounded by the window, at most after_steps + 1 iterations, and the kept
+  // ones handed over).
+  void wrote(uint32_t iteration) {
+    if (covers(iteration)) written_.insert(iteration);
+  }
   // A record of `iteration` came, but none of its tensors could be written (they stayed on
   // the client's device and were lost).
-  void lost(uint32_t iteration) { lost_.insert(iteration); }
+  void lost(uint32_t iteration) {
+    if (covers(iteration)) lost_.insert(iteration);
+  }
+  // A kept iteration discarded whole before the trigger, for the recorders' shared memory
+  // (recorder_memory_bytes).
+  void givenUpForMemory(uint32_t iteration) { memory_.insert(iteration); }
   // The job finished `iteration` (the step mark after it came).
-  void stepDone(uint32_t iteration) { done_.insert(iteration); }
+  void stepDone(uint32_t iteration) {
+    if (covers(iteration)) done_.insert(iteration);
+  }
+  // Iterations remembered (for tests: bounded by the window and the kept iterations).
+  size_t remembered() const {
+    return written_.size() + done_.size() + not_whole_.size() + discarded_.size() + lost_.size() +
+           memory_.size();
+  }
   // Why what this trigger writes of `iteration` is not all the job dumped in it (records
   // discarded to make room, tensors lost on the client's device); empty when it is.
   std::string cutShort(uint32_t iteration) const;
@@ -57,6 +74,7 @@ class TriggerOutcome {
   std::map<uint32_t, std::string> not_whole_;
   std::set<uint32_t> discarded_;  // kept, but nothing of it was left
   std::set<uint32_t> lost_;
+  std::set<uint32_t> memory_;  // kept, then discarded for the shared memory budget
 };
 
 }  // namespace dumpd::daemon

@@ -128,6 +128,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
                        {"not_kept_whole", f.not_kept_whole()},
                        {"discarded_for_space", f.discarded_for_space()},
                        {"refused_for_memory", f.refused_for_memory()},
+                       {"discarded_for_memory", f.discarded_for_memory()},
                        {"producer_waits", f.producer_waits()},
                        {"triggers", f.triggers()},
                        {"last_trigger", f.last_trigger()},
@@ -162,6 +163,10 @@ std::string recorderLine(const v1::RecorderStatus& f) {
   if (f.refused_for_memory() != 0) {
     s += ", " + std::to_string(f.refused_for_memory()) +
          " records not kept (dumpd's recorder_memory_bytes used up)";
+  }
+  if (f.discarded_for_memory() != 0) {
+    s += ", " + std::to_string(f.discarded_for_memory()) +
+         " iterations discarded (dumpd's recorder_memory_bytes used up)";
   }
   s += "\n";
   if (!f.warning().empty()) s += "     recorder warning: " + printable(f.warning()) + "\n";

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ipc/proto_utf8.h"
+
 namespace dumpd::ipc {
 
 Result<std::string> encodeFrame(const v1::Envelope& env, uint32_t max_frame_bytes) {
@@ -46,6 +48,13 @@ Result<std::optional<v1::Envelope>> FrameDecoder::next() {
   v1::Envelope env;
   if (!env.ParseFromArray(buf_.data() + pos_ + 4, static_cast<int>(len))) {
     failed_ = true;
+    const std::string field =
+        invalidUtf8Field(WireMessage::kEnvelope, std::string_view(buf_.data() + pos_ + 4, len));
+    if (!field.empty()) {
+      return makeError(ErrorCode::kProtocol, "frame of " + std::to_string(len) +
+                                                 " bytes: its string field " + field +
+                                                 " is not valid UTF-8 (protobuf strings must be)");
+    }
     return makeError(ErrorCode::kProtocol,
                      "frame of " + std::to_string(len) + " bytes is not a dumpd.v1 message");
   }

@@ -55,5 +55,27 @@ TEST(Utf8, ACutOfBytesThatAreNotUtf8IsWhereAsked) {
   EXPECT_EQ(cutUtf8(junk, 5).size(), 5u);
 }
 
+TEST(Utf8, WireTextIsValidAndCutBetweenCharacters) {
+  // Issue 48: 400 x "€" (1200 bytes) cut at 1024 bytes ended inside a character, and the
+  // client's Trigger did not serialize as a protobuf string.
+  std::string euros;
+  for (int i = 0; i < 400; ++i) euros += "\xe2\x82\xac";
+  const std::string cut = toWireText(euros, 1024);
+  EXPECT_EQ(cut.size(), 1023u);
+  EXPECT_TRUE(isValidUtf8(cut));
+  // A four-byte character straddling the limit is cut before, not replaced by U+FFFD.
+  const std::string smiles = "ab\xf0\x9f\x98\x80\xf0\x9f\x98\x80";
+  for (size_t n = 2; n < 10; ++n) {
+    EXPECT_EQ(toWireText(smiles, n), smiles.substr(0, n < 6 ? 2 : 6)) << n;
+  }
+  // Bytes that are not UTF-8 become U+FFFD; short valid text passes as it is.
+  EXPECT_EQ(toWireText("a\xff"
+                       "b"),
+            "a\xef\xbf\xbd"
+            "b");
+  EXPECT_EQ(toWireText("\xe4\xb8\xad\xe6\x96\x87", 1024), "\xe4\xb8\xad\xe6\x96\x87");
+  EXPECT_EQ(toWireText("", 3), "");
+}
+
 }  // namespace
 }  // namespace dumpd

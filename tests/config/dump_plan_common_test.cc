@@ -131,6 +131,17 @@ TEST(DumpPlanTest, NetNameRejectsEmptyAndOtherCharacters) {
             "Dump config parse failed, net_name should be string type, but got: 5");
 }
 
+TEST(DumpPlanTest, NetNameIsAtMostADirectoryNameLong) {
+  // Issue 48: a 2 MiB net name was accepted (and kept in dumpd's per-job accounts).
+  EXPECT_EQ(parseWithCommon("net_name", std::string(255, 'n'))->net_name, std::string(255, 'n'));
+  EXPECT_EQ(errorOf(parseWithCommon("net_name", std::string(256, 'n'))),
+            "net_name is 256 characters long; it names a directory of the dump tree, which "
+            "holds at most 255 (got \"" +
+                std::string(32, 'n') + "...\")");
+  EXPECT_THAT(errorOf(parseWithCommon("net_name", std::string(2 << 20, 'x'))),
+              HasSubstr("net_name is 2097152 characters long"));
+}
+
 // ---- iteration
 
 TEST(DumpPlanTest, IterationIsParsedAsSet) {

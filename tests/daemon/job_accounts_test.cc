@@ -3,6 +3,30 @@
 #include "daemon/job_accounts.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+// Live heap bytes of this test binary (every operator new/delete counted).
+namespace {
+std::atomic<long long> g_live_bytes{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  g_live_bytes += static_cast<long long>(malloc_usable_size(p));
+  return p;
+}
+void operator delete(void* p) noexcept {
+  if (p == nullptr) return;
+  g_live_bytes -= static_cast<long long>(malloc_usable_size(p));
+  std::free(p);
+}
+void operator delete(void* p, size_t) noexcept { operator delete(p); }
 
 namespace dumpd::daemon {
 namespace {
@@ -34,6 +58,25 @@ TEST(JobAccounts, PastItsLimitAUidsNewJobsShareOneAccount) {
   EXPECT_EQ(a.account(7, "j1"), j1);
   EXPECT_NE(a.account(8, "j3"), j3);
   EXPECT_EQ(a.size(), 4u);
+}
+
+TEST(JobAccounts, AnAccountCostsTheSameWhateverItsJobIsNamed) {
+  // Issue 48: the account key held the job's description, net name included: 32 sessions,
+  // each with a new 2 MiB net name, left 114 MiB behind. Keys are digests now.
+  JobAccounts a;
+  const long long before = g_live_bytes.load();
+  for (int i = 0; i < 32; ++i) {
+    std::string job =
+        "8:42:0:" + std::string(2 << 20, static_cast<char>('a' + i % 26)) + std::to_string(i);
+    a.account(1000, job)->payload_bytes += 1;
+  }
+  const long long held = g_live_bytes.load() - before;
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_LT(held, 32 * 512) << "32 accounts hold " << held << " bytes";
+  // Still one account a job: the same description finds it again.
+  const std::string job = "8:42:0:" + std::string(2 << 20, 'a') + "0";
+  EXPECT_EQ(a.account(1000, job)->payload_bytes.load(), 1u);
+  EXPECT_EQ(a.size(), 32u);
 }
 
 TEST(JobAccounts, TheTotalIsBoundedAcrossUids) {

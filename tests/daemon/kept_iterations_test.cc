@@ -98,6 +98,12 @@ TEST(KeptIterations, TheSharedMemoryBudgetBoundsEverySessionTogether) {
   // a makes room from its own oldest iteration, never from b.
   EXPECT_EQ(a.add(3, 30, 1, 40), (std::vector<int>{10}));
   EXPECT_EQ(a.memory(), 80u);
+  // Issue 48: that iteration was given up for memory and counted nowhere; now it is, and
+  // the next trigger learns which one it was.
+  EXPECT_EQ(a.discardedForMemory(), 1u);
+  EXPECT_EQ(a.takeGivenUpForMemory(), (std::vector<uint32_t>{1}));
+  EXPECT_TRUE(a.takeGivenUpForMemory().empty());
+  EXPECT_EQ(b.discardedForMemory(), 0u);
   EXPECT_EQ(budget.used(), 80u);
   EXPECT_TRUE(b.add(1, 101, 1, 20).empty());
   EXPECT_EQ(budget.used(), 100u);

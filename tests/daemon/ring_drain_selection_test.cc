@@ -159,6 +159,23 @@ TEST_F(RingDrainSelectionTest, ANewIterationListKeepsThePause) {
   EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0"}));
 }
 
+TEST_F(RingDrainSelectionTest, APauseIsEnforcedOnAClientThatSendsNoStepMark) {
+  // Issue 48: ops of increasing iterations and no step mark after the pause: the old drain
+  // enforced a pause only at step marks, and wrote all of them while status said paused.
+  auto d = makeWithSelection();
+  step(0, 0);
+  ASSERT_TRUE(drainAll(*d));
+  pause(*d);
+  ring_.op("b", 0, {2.0f});  // the step in progress keeps its grace
+  for (uint32_t i = 1; i <= 200; ++i) ring_.op("a", i, {1.0f});
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  EXPECT_EQ(iterationsWritten(), (std::set<std::string>{"0"}));
+  EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/0").size(), 3u) << "a, b and statistic.csv";
+  EXPECT_NE(lastWarning(*d).find("dumpd enforces the pause from iteration 1"), std::string::npos)
+      << lastWarning(*d);
+}
+
 TEST_F(RingDrainTest, ADeviceKeptTensorInAJobWithoutARecorderEndsTheSession) {
   auto d = make();
   ring_.step(0, 0);

@@ -42,6 +42,24 @@ TEST_F(RingDrainTest, TensorsOfIterationsTheJobSkipsAreFilteredNotWritten) {
   EXPECT_EQ(d->doneSequence(), 2u);
 }
 
+TEST_F(RingDrainTest, AControlRecordWithInvalidUtf8IsSkippedNamingTheFieldNotTheSession) {
+  // Issue 48: a trigger reason cut inside a character (an older client) ended the session
+  // ("control record does not parse"); the job's next call failed with a broken pipe.
+  auto d = make();
+  ring_.op("before", 0, {1});
+  v1::Control ctl;
+  ctl.mutable_trigger()->set_reason(std::string("look \xe2\x82", 7));
+  ring_.control(ctl);
+  ring_.op("after", 0, {2});
+  ASSERT_TRUE(drainAll(*d)) << d->error();
+  d->finish();
+  EXPECT_EQ(lastWarning(*d),
+            "control record 2 is skipped: its string field dumpd.v1.Trigger.reason is not valid "
+            "UTF-8 (protobuf strings must be)");
+  EXPECT_EQ(d->counters().tensors_written.load(), 2u);
+  EXPECT_EQ(d->doneSequence(), 3u);
+}
+
 TEST_F(RingDrainTest, ControlRecordsWriteTheGraphExecutionOrderAndConstants) {
   auto d = make();
   v1::Control graph;

@@ -4,6 +4,10 @@
 #include "daemon/session_command.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "tests/daemon/session_fixture.h"
 
@@ -145,6 +149,32 @@ TEST_F(SessionCommandTest, RootAndTheOwnerMayTriggerUntilMaxTriggers) {
   EXPECT_EQ(third.message,
             "session 1's flight recorder stopped after 2 trigger(s) "
             "(flight_recorder.max_triggers 2)");
+}
+
+TEST_F(SessionCommandTest, AcceptedCommandsLogAtMostFiveLinesATenSecondWindow) {
+  // Issue 48: every accepted selection change and manual trigger logged a line (100 lines
+  // in 2.3 s), where docs/operations.md promises 5 per 10 s a session.
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
+  auto logger = std::make_shared<spdlog::logger>("capture", sink);
+  logger->set_level(spdlog::level::info);
+  auto saved = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  auto s = startAs(peer(100, 1000), 0, recorderConfig(R"({"max_triggers": 0})"));
+  for (int i = 0; i < 100; ++i) {
+    v1::SessionCommand cmd;
+    *cmd.mutable_target() = byId(s->id());
+    cmd.mutable_control()->set_iteration("0-" + std::to_string(i + 1));
+    ASSERT_TRUE(runSessionCommand(sessions_, peer(4242, 1000), cmd).ok);
+  }
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(trigger(0, byId(s->id())).ok);
+  spdlog::set_default_logger(saved);
+  const std::vector<std::string> lines = sink->last_formatted();
+  const auto count = [&](const std::string& what) {
+    return std::count_if(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(count("changed the selection") + count("manual trigger from uid"), 5);
+  EXPECT_EQ(count("changed the selection"), 5);
 }
 
 TEST_F(SessionCommandTest, ATriggerRefusedForARecorderTurnedOffNamesWhoTurnedItOff) {

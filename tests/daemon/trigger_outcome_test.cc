@@ -138,5 +138,44 @@ TEST(TriggerOutcome, NothingWrittenIsSaid) {
   EXPECT_EQ(e.outcomeSummary().rfind("wrote no iteration", 0), 0u);
 }
 
+TEST(TriggerOutcome, IterationsOutsideTheWindowAreNotRemembered) {
+  // Issue 48: a manual trigger near the top of the iteration space, then step marks of many
+  // distinct lower iterations: the old outcome remembered each one (about 50 MB/s of daemon
+  // heap). Only the window's iterations (and the kept ones) are remembered.
+  const uint32_t at = 4294960000u;
+  TriggerOutcome o(manualAt(at), at + 1024);
+  o.kept(at - 1, 2, 2, true);
+  for (uint32_t i = 0; i < 200000; ++i) {
+    o.stepDone(i);
+    o.wrote(i);
+    o.lost(i);
+  }
+  EXPECT_EQ(o.remembered(), 1u);  // the kept iteration
+  for (uint32_t i = at; i <= at + 1024; ++i) o.stepDone(i);
+  EXPECT_EQ(o.remembered(), 1u + 1025u);
+  const TriggerEvent e = o.close(at + 1024, "");
+  EXPECT_EQ(e.written, (std::vector<uint32_t>{at - 1}));
+  ASSERT_EQ(e.not_written.size(), 1u);  // every window iteration ran with nothing selected
+  EXPECT_EQ(e.not_written[0].first, at);
+  EXPECT_EQ(e.not_written[0].last, at + 1024);
+}
+
+TEST(TriggerOutcome, AnIterationGivenUpForMemoryIsListedWithWhy) {
+  // Issue 48: an iteration the recorder discarded for recorder_memory_bytes was counted
+  // nowhere: the trigger listed neither it nor why.
+  TriggerOutcome o(manualAt(12), 12);
+  o.givenUpForMemory(9);
+  o.kept(10, 2, 2, true);
+  o.kept(11, 2, 2, true);
+  o.kept(12, 1, 1, true);
+  o.stepDone(12);
+  const TriggerEvent e = o.close(12, "");
+  EXPECT_EQ(e.written, (std::vector<uint32_t>{10, 11, 12}));
+  ASSERT_EQ(e.not_written.size(), 1u);
+  EXPECT_EQ(e.not_written[0].first, 9u);
+  EXPECT_NE(e.not_written[0].why.find("recorder_memory_bytes was used up"), std::string::npos)
+      << e.not_written[0].why;
+}
+
 }  // namespace
 }  // namespace dumpd::daemon

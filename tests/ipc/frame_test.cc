@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ipc/frame.h"
+#include "ipc/proto_utf8.h"
 
 namespace dumpd::ipc {
 namespace {
@@ -130,6 +131,83 @@ TEST(Frame, RandomStreamsDecodeOrFailWithAReason) {
   EXPECT_GT(decoded, 0);
   EXPECT_GT(need_more, 0);
   EXPECT_GT(failed, 0);
+}
+
+TEST(FrameDecoder, AStringFieldThatIsNotUtf8IsNamed) {
+  // Issue 48: such a frame was "not a dumpd.v1 message", with no word of what to fix.
+  v1::Envelope env;
+  env.mutable_session_command()->mutable_trigger()->set_reason(std::string("ok \xff", 4));
+  std::string bytes = env.SerializeAsString();
+  const auto len = static_cast<uint32_t>(bytes.size());
+  std::string frame(reinterpret_cast<const char*>(&len), 4);
+  frame += bytes;
+  FrameDecoder d;
+  d.append(frame.data(), frame.size());
+  auto e = d.next();
+  ASSERT_FALSE(e.has_value());
+  EXPECT_EQ(e.error().message, "frame of " + std::to_string(len) +
+                                   " bytes: its string field dumpd.v1.Trigger.reason is not "
+                                   "valid UTF-8 (protobuf strings must be)");
+  // Bytes that are no message at all still say so.
+  FrameDecoder junk;
+  const std::string bad = std::string("\x03\0\0\0", 4) + "\xff\xff\xff";
+  junk.append(bad.data(), bad.size());
+  auto j = junk.next();
+  ASSERT_FALSE(j.has_value());
+  EXPECT_EQ(j.error().message, "frame of 3 bytes is not a dumpd.v1 message");
+}
+
+// Each string field a client sends, set to bytes that are not UTF-8 through the generated
+// code, is named by invalidUtf8Field (its table in ipc/proto_utf8.cc follows the schema).
+TEST(InvalidUtf8Field, NamesEveryStringFieldAClientSends) {
+  const std::string bad("x\xff", 2);
+  const auto envelope = [&](auto set) {
+    v1::Envelope e;
+    set(e);
+    return invalidUtf8Field(WireMessage::kEnvelope, e.SerializeAsString());
+  };
+  const auto control = [&](auto set) {
+    v1::Control c;
+    set(c);
+    return invalidUtf8Field(WireMessage::kControl, c.SerializeAsString());
+  };
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_job_config(bad); }),
+            "dumpd.v1.Hello.job_config");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_producer_name(bad); }),
+            "dumpd.v1.Hello.producer_name");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_producer_version(bad); }),
+            "dumpd.v1.Hello.producer_version");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_device_target(bad); }),
+            "dumpd.v1.Hello.device_target");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_config_path(bad); }),
+            "dumpd.v1.Hello.config_path");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_ms_diagnostic_data_path(bad); }),
+            "dumpd.v1.Hello.ms_diagnostic_data_path");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) { e.mutable_hello()->set_ms_format(bad); }),
+            "dumpd.v1.Hello.ms_format");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) {
+              e.mutable_session_command()->mutable_target()->set_net_name(bad);
+            }),
+            "dumpd.v1.SessionSelector.net_name");
+  EXPECT_EQ(envelope([&](v1::Envelope& e) {
+              e.mutable_session_command()->mutable_control()->set_iteration(bad);
+            }),
+            "dumpd.v1.ControlChange.iteration");
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_trigger()->set_reason(bad); }),
+            "dumpd.v1.Trigger.reason");
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_execution_order()->add_op_names(bad); }),
+            "dumpd.v1.ExecutionOrder.op_names");
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_kernel_args()->set_op_type(bad); }),
+            "dumpd.v1.KernelArgs.op_type");
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_kernel_args()->set_op_name(bad); }),
+            "dumpd.v1.KernelArgs.op_name");
+  EXPECT_EQ(control([&](v1::Control& c) { (*c.mutable_kernel_args()->mutable_args())["k"] = bad; }),
+            "dumpd.v1.KernelArgs.ArgsEntry.value");
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_constant()->set_data_id(bad); }),
+            "dumpd.v1.Constant.data_id");
+  // Bytes fields may hold anything; valid text is not named.
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_graph()->set_ir_text(bad); }), "");
+  EXPECT_EQ(control([&](v1::Control& c) { c.mutable_trigger()->set_reason("ok"); }), "");
 }
 
 }  // namespace
