@@ -37,6 +37,7 @@ Counts countsFromWire(const v1::Counts& c, const std::string& last_error) {
   out.bytes_written = c.bytes_written();
   out.tensors_filtered = c.tensors_filtered();
   out.tensors_linked = c.tensors_linked();
+  out.tensors_skipped = c.tensors_skipped();
   out.last_error = last_error;
   return out;
 }

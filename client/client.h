@@ -106,6 +106,9 @@ struct Counts {
   uint64_t bytes_written = 0;
   uint64_t tensors_filtered = 0;
   uint64_t tensors_linked = 0;  // of tensors_written: dump once, linked from a repeated tensor
+  // No file by MindSpore's rules: zero-element tensors, ops without an overflow in overflow
+  // mode. tensors_received = written + dropped + failed + filtered + skipped.
+  uint64_t tensors_skipped = 0;
   std::string last_error;
 };
 

@@ -436,6 +436,7 @@ void DumpSession::addTotals(v1::Counts* c) const {
   c->set_bytes_written(add(c->bytes_written(), k.bytes_written));
   c->set_tensors_filtered(add(c->tensors_filtered(), k.tensors_filtered));
   c->set_tensors_linked(add(c->tensors_linked(), k.tensors_linked));
+  c->set_tensors_skipped(add(c->tensors_skipped(), k.tensors_skipped));
 }
 
 uint64_t DumpSession::writeErrors() const {

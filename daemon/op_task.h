@@ -34,6 +34,9 @@ struct OpTask {
   static constexpr uint32_t kNoView = UINT32_MAX;
   uint32_t nan_view = kNoView;
   uint32_t inf_view = kNoView;
+  // A trigger writes it and nothing checked it when it was kept (the recorder has no nan or
+  // inf trigger): the writer checks it (daemon/first_nonfinite.h).
+  bool check_values = false;
 
   // Tensors the client keeps on its device (PayloadKind::kDeferred): their views carry the
   // device statistics (`sums`) and no bytes until the client fills them in the ring

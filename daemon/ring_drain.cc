@@ -261,7 +261,10 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     keepRecord(std::move(task), slot, ipc::recordLength(r.body_bytes));
     return true;
   }
-  if (recorder_writes) task->saved_data = recorder_->plan().saved_data;
+  if (recorder_writes) {
+    task->saved_data = recorder_->plan().saved_data;
+    task->check_values = trigger_.has_value() && !recorder_->checksValues();
+  }
   const uint32_t iteration = op.iteration;
   if (!task->deferred.empty()) {
     // Written now (after a trigger): its bytes come from the client's device first.
@@ -298,6 +301,7 @@ void RingDrain::submitWrite(std::shared_ptr<OpTask> task, uint64_t slot) {
     rec.tensors = task->views;
     rec.row_ticket = row_ticket;
     rec.saved_data = task->saved_data;
+    if (task->check_values) self->offerNonFinite(*task);
     storage::OpOutcome partial;
     auto out = self->writer_->writeOp(rec, &partial);
     const storage::OpOutcome& done = out ? out.value() : partial;
@@ -306,11 +310,13 @@ void RingDrain::submitWrite(std::shared_ptr<OpTask> task, uint64_t slot) {
     c.tensors_dropped.fetch_add(done.tensors_dropped, std::memory_order_relaxed);
     c.bytes_written.fetch_add(done.bytes_written, std::memory_order_relaxed);
     c.tensors_linked.fetch_add(done.tensors_linked, std::memory_order_relaxed);
+    c.tensors_skipped.fetch_add(done.tensors_skipped, std::memory_order_relaxed);
     if (!out) {
       // The failing tensor and every one after it in this record (and repeats before it
       // that failed alone).
-      c.tensors_failed.fetch_add(task->views.size() - done.tensors_written - done.tensors_dropped,
-                                 std::memory_order_relaxed);
+      c.tensors_failed.fetch_add(
+          task->views.size() - done.tensors_written - done.tensors_dropped - done.tensors_skipped,
+          std::memory_order_relaxed);
       self->warnings_.warn(out.error().message);
     } else if (done.tensors_failed != 0) {
       c.tensors_failed.fetch_add(done.tensors_failed, std::memory_order_relaxed);

@@ -26,6 +26,7 @@
 #include "base/snapshot.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
+#include "daemon/first_nonfinite.h"
 #include "daemon/flight_recorder.h"
 #include "daemon/log_limiter.h"
 #include "daemon/op_task.h"
@@ -63,6 +64,8 @@ inline constexpr size_t kMaxListedKernels = 64;
 
 // Daemon memory a record the flight recorder keeps holds (charged to recorder_memory_bytes).
 uint64_t keptRecordMemory(const OpTask& task);
+// Sets task.nan_view and task.inf_view: the first view holding a NaN, and an infinity.
+void findNonFinite(OpTask& task);
 
 class RingDrain : public std::enable_shared_from_this<RingDrain> {
  public:
@@ -175,6 +178,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // The NaN/infinity trigger over `iteration`, which just completed.
   void checkNonFinite(uint32_t iteration);
   void fire(TriggerEvent e);
+  // Writer thread: checks a record a trigger writes for NaN and infinities (check_values).
+  void offerNonFinite(OpTask& task);
   // A record of `iteration` went to the writers: the open trigger counts it.
   void noteWritten(uint32_t iteration) {
     if (trigger_ && trigger_->covers(iteration)) trigger_->wrote(iteration);
@@ -263,6 +268,9 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   std::unique_ptr<FlightRecorder> recorder_;
   // The trigger whose iterations are being written (journalled when they are done).
   std::optional<TriggerOutcome> trigger_;
+  // What the writers found of the records a trigger writes (a recorder without nan/inf
+  // triggers does not check them as it keeps them).
+  FirstNonFinite writers_nonfinite_;
   bool recorder_sized_ = false;
   uint64_t largest_record_ = 0;  // ring bytes of the largest record seen
   std::function<bool()> producer_alive_;

@@ -16,11 +16,8 @@
 #include "storage/format/names.h"
 
 namespace dumpd::daemon {
-namespace {
 
-// Records the first view of `task` holding a NaN, and the first holding an infinity (session
-// thread).
-void checkValues(OpTask& task) {
+void findNonFinite(OpTask& task) {
   for (size_t i = 0; i < task.views.size(); ++i) {
     const storage::TensorView& v = task.views[i];
     bool nan = false, inf = false;
@@ -40,6 +37,8 @@ void checkValues(OpTask& task) {
     if (task.nan_view != OpTask::kNoView && task.inf_view != OpTask::kNoView) return;
   }
 }
+
+namespace {
 
 // The first kept record, oldest iteration first, holding a NaN or an infinity (each was
 // checked when it was kept).
@@ -93,12 +92,24 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
   // It once ran on the writers, which run SCHED_IDLE: on a busy node they got no CPU, the
   // session thread waited for them at every step mark and training waited for ring space
   // (issue 38). A read of what the client just wrote, it costs less than the client's copy.
-  if (recorder_->checksValues()) checkValues(*task);
+  if (recorder_->checksValues()) findNonFinite(*task);
   // What keeping it costs: its ring bytes and the daemon memory of its decoded descriptor.
   const uint64_t memory = keptRecordMemory(*task);
   std::vector<KeptRecord> out =
       recorder_->keep(iteration, KeptRecord{std::move(task), slot}, ring_bytes + memory, memory);
   releaseKept(std::move(out));
+}
+
+void RingDrain::offerNonFinite(OpTask& task) {
+  findNonFinite(task);
+  const uint32_t at = std::min(task.nan_view, task.inf_view);
+  if (at == OpTask::kNoView) return;
+  const storage::TensorView& v = task.views[at];
+  writers_nonfinite_.offer(
+      task.sequence,
+      TriggerEvent::NonFinite{task.op.iteration, std::string(task.op.opName()),
+                              std::string(storage::ioName(v.io)) + " " + std::to_string(v.slot),
+                              at == task.nan_view});
 }
 
 void RingDrain::keepRoomForProducer() {
@@ -194,6 +205,9 @@ void RingDrain::fire(TriggerEvent e) {
                  ", writes what comes of it");
   }
   e.first_nonfinite = firstNonFinite(*recorder_);
+  (void)writers_nonfinite_.take();  // a closed trigger's, not this one's
+  // Without a nan/inf trigger nothing checked the kept records: the writers do.
+  const bool writers_check = !recorder_->checksValues();
   std::vector<FlightRecorder::Kept::Iteration> kept = recorder_->fire(e);
   kept_memos_.clear();  // all of them are written now, in order
   const config::SavedData saved = recorder_->plan().saved_data;
@@ -219,6 +233,7 @@ void RingDrain::fire(TriggerEvent e) {
     size_t written = 0;
     for (KeptRecord& r : it.items) {
       r.task->saved_data = saved;
+      r.task->check_values = writers_check;
       // The step the trigger fired during completes at its own end (completeStep).
       if (it.number != e.iteration || r.task->op.graph_id != step_graph_) {
         to_complete.emplace(r.task->op.graph_id, it.number);
@@ -252,7 +267,11 @@ void RingDrain::fire(TriggerEvent e) {
 void RingDrain::closeTrigger(std::string_view why_rest) {
   const std::optional<uint32_t> started =
       have_step_ ? std::optional<uint32_t>(step_iteration_) : std::nullopt;
-  const TriggerEvent e = trigger_->close(started, why_rest);
+  TriggerEvent e = trigger_->close(started, why_rest);
+  if (!e.first_nonfinite && !recorder_->checksValues()) {
+    release_.waitIdle();  // the writers' findings of this trigger's records are all in
+    e.first_nonfinite = writers_nonfinite_.take();
+  }
   trigger_.reset();
   const LogLimiter::Admission a = info_log_.admit();
   if (a.suppressed != 0) {

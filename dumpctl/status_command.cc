@@ -21,7 +21,8 @@ nlohmann::json countsJson(const v1::Counts& c) {
           {"tensors_dropped", c.tensors_dropped()},
           {"tensors_failed", c.tensors_failed()},
           {"tensors_filtered", c.tensors_filtered()},
-          {"tensors_linked", c.tensors_linked()}};
+          {"tensors_linked", c.tensors_linked()},
+          {"tensors_skipped", c.tensors_skipped()}};
 }
 
 std::string human(double bytes) {

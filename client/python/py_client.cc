@@ -23,6 +23,7 @@ py::dict countsToDict(const client::Counts& c) {
   d["bytes_written"] = c.bytes_written;
   d["tensors_filtered"] = c.tensors_filtered;
   d["tensors_linked"] = c.tensors_linked;
+  d["tensors_skipped"] = c.tensors_skipped;
   d["last_error"] = c.last_error;
   return d;
 }

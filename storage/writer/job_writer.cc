@@ -150,8 +150,11 @@ Result<OpOutcome> JobWriter::writeOp(const OpRecord& op, OpOutcome* partial) {
 OpOutcome JobWriter::Impl::dropOverflow(const OpRecord& op, const uint64_t* counts, DirState& dir) {
   OpOutcome outcome;
   for (size_t i = 0; i < op.tensors.size(); ++i) {
-    if (ioSelected(plan.input_output, op.tensors[i].io) && counts[i] != 0) {
+    if (!ioSelected(plan.input_output, op.tensors[i].io)) continue;
+    if (counts[i] != 0) {
       ++outcome.tensors_dropped;
+    } else {
+      ++outcome.tensors_skipped;
     }
   }
   tensors.countDropped(&dir, outcome.tensors_dropped,
@@ -193,6 +196,9 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
   // Overflow dump: only op executions with an inf/NaN output, the first overflow_number.
   if (!any_selected || (plan.op_debug_mode == 3 && !overflow)) {
     settleMemos(op, 0, "its op was not dumped (input_output, empty, or no overflow)");
+    for (size_t i = 0; i < op.tensors.size(); ++i) {
+      outcome.tensors_skipped += ioSelected(plan.input_output, op.tensors[i].io) ? 1 : 0;
+    }
     return outcome;
   }
   // One switch for the whole op instead of one per file operation (see actAs).
@@ -230,6 +236,8 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
     const TensorView& t = op.tensors[i];
     if (!ioSelected(plan.input_output, t.io) || counts[i] == 0) {
       if (t.memo != nullptr) t.memo->publish(MemoResult{false, "it was not dumped"});
+      // MindSpore writes no file for a zero-element tensor (docs/compatibility.md).
+      if (ioSelected(plan.input_output, t.io)) ++outcome.tensors_skipped;
       continue;
     }
     if (Status s = tensors.writeTensor(lease.value(), rows, op, t, counts[i], outcome); !s) {

@@ -64,6 +64,9 @@ struct OpOutcome {
   // the rest of its op is written. `failure` says why the first of them failed.
   uint32_t tensors_failed = 0;
   std::string failure;
+  // Tensors given no file by MindSpore's rules: zero elements, or (op_debug_mode 3) an op
+  // without an overflow. Counted, so that a record's tensors all add up.
+  uint32_t tensors_skipped = 0;
 };
 
 struct JobCounters {

@@ -15,6 +15,8 @@ struct TensorCounters {
   std::atomic<uint64_t> tensors_dropped{0};  // payloads skipped (quota, watermark, overflow)
   std::atomic<uint64_t> bytes_written{0};
   std::atomic<uint64_t> tensors_linked{0};  // of tensors_written: dump once repeats
+  // No file by MindSpore's rules (zero elements; no overflow in op_debug_mode 3).
+  std::atomic<uint64_t> tensors_skipped{0};
 };
 
 }  // namespace dumpd::storage

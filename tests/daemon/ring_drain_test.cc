@@ -313,6 +313,38 @@ TEST_F(RingDrainTest, WhateverFiresFirstTheTriggerNamesTheFirstNonFiniteOp) {
       << recorderStatus(*d).last_trigger();
 }
 
+TEST_F(RingDrainTest, WithoutANanTriggerTheWritersNameTheFirstNonFiniteOp) {
+  // Issue 48: a job with triggers ["loss_spike"] whose loss turned NaN got no
+  // first_nonfinite: only a nan or inf trigger checked the kept records. The writers check
+  // what a trigger writes, kept iterations and those after it, in execution order.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  auto d = make(recorderConfig(
+      R"({"triggers": ["loss_spike"], "saved_data": "full", "after_steps": 1,
+          "loss_spike": {"window": 2, "factor": 2.0}})"));
+  for (uint32_t it = 1; it <= 2; ++it) {
+    ring_.step(0, it);
+    ring_.op("fine", it, {1.0f});
+    reportLoss(it, 1.0);
+  }
+  ring_.step(0, 3);
+  ring_.op("fine", 3, {1.0f});
+  ring_.op("first_bad", 3, {1.0f, kInf});
+  ring_.op("later_bad", 3, {kNan});
+  reportLoss(3, std::numeric_limits<double>::quiet_NaN());
+  ring_.step(0, 4);
+  ring_.op("after", 4, {kNan});
+  ASSERT_TRUE(drainAll(*d));
+  d->finish();
+  const std::vector<nlohmann::json> lines = triggerLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["kind"], "loss_spike");
+  EXPECT_EQ(lines[0]["iterations_written"], nlohmann::json({1, 2, 3, 4}));
+  EXPECT_EQ(lines[0]["first_nonfinite"],
+            nlohmann::json::parse(
+                R"({"iteration": 3, "op": "first_bad", "tensor": "output 0", "value": "inf"})"));
+}
+
 TEST_F(RingDrainTest, ALossSpikeWritesTheKeptIterations) {
   auto d = make(recorderConfig(
       R"({"triggers": ["loss_spike"], "saved_data": "full", "after_steps": 0,

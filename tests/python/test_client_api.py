@@ -169,8 +169,36 @@ def test_scalars_and_empty_tensors(daemon: Daemon, config: Path, tmp_path: Path)
     files = index_files(dump_files(tmp_path / "dump"))
     scalar = files[(0, "Default_Loss-op0", "output", 0)].load()
     assert scalar.shape == () and scalar == np.float32(2.5)
-    # MindSpore writes no file for a zero-element tensor.
+    # MindSpore writes no file for a zero-element tensor: counted as skipped.
     assert (0, "Default_Loss-op0", "output", 1) not in files
+    assert counts["tensors_written"] == 1 and counts["tensors_skipped"] == 1, counts
+
+
+def test_every_tensor_received_is_counted_once(daemon: Daemon, tmp_path: Path) -> None:
+    """Issue 48: a 4x0x8x3 strided view was received, and then counted nowhere (95 received,
+    94 written). Empty tensors, contiguous or strided, get no file (as in MindSpore) and are
+    counted as skipped; the figures add up: received = written + dropped + failed + filtered
+    + skipped."""
+    config = make_config(tmp_path, input_output=2)  # outputs only: inputs are filtered
+    base = np.zeros((4, 3, 8, 1), np.float32)
+    strided_empty = np.lib.stride_tricks.as_strided(base, shape=(4, 0, 8, 3),
+                                                    strides=(96, 4, 12, 32))
+    channels_last = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 5, 3, 4) \
+        .transpose(0, 2, 3, 1)  # a non-empty strided view: written
+    with dumpd.Client(config, socket=daemon.socket) as client:
+        client.dump_op("Conv2D", "Default/Conv-op0",
+                       inputs=[np.ones(3, np.float32)],
+                       outputs=[strided_empty, np.zeros((4, 0, 8, 3), np.float32),
+                                channels_last, np.float32(1.5)])
+        counts = client.flush()
+    parts = ("tensors_written", "tensors_dropped", "tensors_failed", "tensors_filtered",
+             "tensors_skipped")
+    assert counts["tensors_received"] == sum(counts[k] for k in parts), counts
+    assert counts["tensors_written"] == 2 and counts["tensors_skipped"] == 2, counts
+    files = index_files(dump_files(tmp_path / "dump"))
+    np.testing.assert_array_equal(files[(0, "Default_Conv-op0", "output", 2)].load(),
+                                  channels_last)
+    assert (0, "Default_Conv-op0", "output", 0) not in files
 
 
 def test_iteration_filter_skips_without_copying(daemon: Daemon, tmp_path: Path) -> None:
