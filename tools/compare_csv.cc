@@ -11,6 +11,7 @@
 
 #include "base/unique_fd.h"
 #include "storage/format/names.h"
+#include "tools/mapped_file.h"
 
 namespace dumpd::tools {
 namespace {
@@ -65,8 +66,9 @@ Error ioError(int err, std::string_view what, const std::string& path) {
 }
 
 Result<std::string> readWholeFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) return ioError(errno, "cannot open", path);
+  auto opened = openRegularFile(path, nullptr, /*follow_link=*/true);  // named by the user
+  if (!opened) return opened.error();
+  const UniqueFd& fd = opened.value();
   std::string text;
   char buf[65536];
   for (;;) {

@@ -96,19 +96,38 @@ int guard(const std::byte* data, size_t size) {
 
 }  // namespace
 
-Result<MappedFile> MappedFile::open(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  if (!fd.valid()) return fail(errno, "cannot open", path);
+Result<UniqueFd> openRegularFile(const std::string& path, uint64_t* size, bool follow_link) {
+  const int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (follow_link ? 0 : O_NOFOLLOW);
+  UniqueFd fd(::open(path.c_str(), flags));
+  if (!fd.valid()) {
+    if (errno == ELOOP) {
+      return makeError(ErrorCode::kInvalidArgument,
+                       path + " is a symbolic link: dumpctl does not follow links in dump trees");
+    }
+    return fail(errno, "cannot open", path);
+  }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return fail(errno, "cannot stat", path);
   if (!S_ISREG(st.st_mode)) {
     return makeError(ErrorCode::kInvalidArgument, path + " is not a regular file");
   }
+  if (size != nullptr) *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  uint64_t size = 0;
+  auto fd = openRegularFile(path, &size);
+  if (!fd) return fd.error();
+  return map(fd->get(), static_cast<size_t>(size), path);
+}
+
+Result<MappedFile> MappedFile::map(int fd, size_t size, const std::string& path) {
   MappedFile m;
   m.path_ = path;
-  m.size_ = static_cast<size_t>(st.st_size);
+  m.size_ = size;
   if (m.size_ == 0) return m;
-  void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  void* p = ::mmap(nullptr, m.size_, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) return fail(errno, "cannot map", path);
   m.data_ = static_cast<const std::byte*>(p);
   m.guard_ = guard(m.data_, m.size_);

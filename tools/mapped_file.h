@@ -14,14 +14,28 @@
 #include <string>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 
 namespace dumpd::tools {
+
+// Opens a file of a dump tree for reading, as root's dumpctl may do in a tree another user
+// owns: the last component is never followed if it is a symbolic link (O_NOFOLLOW), a FIFO
+// or device never blocks the open (O_NONBLOCK), and the type is checked on the descriptor
+// opened, not on the path, so a swap after the tree was scanned cannot make dumpctl read
+// another file or hang. Errors name the path: kNotFound, kPermission, kIo, and
+// kInvalidArgument for a link or anything but a regular file. `size` gets the file's size.
+// `follow_link`: a file the user named on the command line (not found in a tree) may be a
+// link; it still never blocks and must be a regular file.
+Result<UniqueFd> openRegularFile(const std::string& path, uint64_t* size = nullptr,
+                                 bool follow_link = false);
 
 class MappedFile {
  public:
   // Opens and maps `path`. Errors name the path (kNotFound, kPermission, kIo); a directory or
   // other non-regular file is kInvalidArgument.
   static Result<MappedFile> open(const std::string& path);
+  // Maps `size` bytes of `fd`, a regular file opened by openRegularFile (named `path`).
+  static Result<MappedFile> map(int fd, size_t size, const std::string& path);
 
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;

@@ -13,6 +13,7 @@
 #include "base/unique_fd.h"
 #include "storage/format/convert.h"
 #include "storage/format/lz4_frame.h"
+#include "tools/mapped_file.h"
 
 namespace dumpd::tools {
 namespace {
@@ -55,14 +56,10 @@ void decodeAs(const unsigned char* p, uint64_t first, size_t n, double* out) {
 Result<TensorData> TensorData::open(TensorFileKind kind, const std::string& path, DType dtype,
                                     uint64_t elements, uint64_t offset, uint64_t size) {
   if (kind == TensorFileKind::kNone) return invalid(path, "no tensor file");
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-  struct stat st {};
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-    return makeError(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
-                     "cannot open " + path + ": " + std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) return invalid(path, "not a regular file");
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+  uint64_t file_size = 0;
+  auto opened = openRegularFile(path, &file_size);
+  if (!opened) return opened.error();
+  const UniqueFd& fd = opened.value();
   if (kind != TensorFileKind::kBin) {
     offset = 0;
     size = file_size;
@@ -83,7 +80,7 @@ Result<TensorData> TensorData::open(TensorFileKind kind, const std::string& path
     t.owned_ = std::move(read.value());
     content = {reinterpret_cast<const std::byte*>(t.owned_.get()), size};
   } else {
-    auto mapped = MappedFile::open(path);
+    auto mapped = MappedFile::map(fd.get(), static_cast<size_t>(file_size), path);
     if (!mapped) return mapped.error();
     if (mapped->size() < offset + size) return invalid(path, "the file shrank while being read");
     t.file_ = std::make_shared<const MappedFile>(std::move(mapped.value()));

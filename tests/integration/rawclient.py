@@ -817,19 +817,32 @@ def agent_script(a):
     "count" of them, the i-th in iteration "iteration" + i // "per_iteration" (commit_bulk),
     named "name" or "name_hex" (any bytes), "payload" "host" (the value "value"), "repeat"
     (of a tensor never sent) or "deferred" (kept on the device in state "state", the last
-    one in "last_state"); ["trigger", reason]: a Trigger record; ["fetch"]: waits for dumpd's
+    one in "last_state"); ["steps", {"first", "count"}]: step marks of consecutive
+    iterations; ["wait", path]: until the test creates `path`; ["trigger", reason]: a Trigger
+    record (reason_hex: any bytes); ["fetch"]: waits for dumpd's
     fetch request in the ring; ["flush", timeout]. dumpd's refusal ends the script with a
     "refused" line. The session is held until stdin closes."""
     import numpy as np
     stop = _stdin_closed_event()
-    s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
-                   rank=a.rank)
+    try:
+        s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
+                       rank=a.rank)
+    except SessionRefused as e:  # at its Hello
+        emit(event="refused", code=e.code, message=e.message)
+        stop.wait()
+        return 0
     emit(event="welcome", id=s.welcome.session_id)
     try:
         for action, *args in json.loads(a.script):
             t0 = time.monotonic()
             if action == "step":
                 s.ring.commit_step(0, args[0])
+            elif action == "steps":  # {"first": it, "count": n}: n step marks, it, it + 1, ...
+                for it in range(args[0]["first"], args[0]["first"] + args[0]["count"]):
+                    s.ring.commit_step(0, it)
+            elif action == "wait":  # until the test creates the file args[0]
+                while not os.path.exists(args[0]):
+                    time.sleep(0.01)
             elif action == "ops":
                 o = args[0]
                 name = bytes.fromhex(o["name_hex"]) if "name_hex" in o else o["name"]
@@ -851,8 +864,16 @@ def agent_script(a):
                 s.ring.commit_bulk(body, its)
             elif action == "trigger":
                 ctl = pb2().Control()
-                ctl.trigger.reason = args[0]
-                s.ring.commit(KIND_CONTROL, control_body(ctl))
+                if isinstance(args[0], dict):  # {"reason_hex": ...}: bytes protobuf refuses
+                    ctl.trigger.reason = "\x00" * len(bytes.fromhex(args[0]["reason_hex"]))
+                    body = bytearray(control_body(ctl))
+                    raw = bytes.fromhex(args[0]["reason_hex"])
+                    at = body.index(b"\x00" * len(raw), 8)
+                    body[at:at + len(raw)] = raw
+                    s.ring.commit(KIND_CONTROL, bytes(body))
+                else:
+                    ctl.trigger.reason = args[0]
+                    s.ring.commit(KIND_CONTROL, control_body(ctl))
             elif action == "fetch":
                 while s.ring.get("fetch_generation") in (0, 1) or \
                         s.ring.get("fetch_generation") % 2:  # a request is published

@@ -191,6 +191,39 @@ def test_manual_trigger_from_code_is_on_disk_after_flush(daemon: Daemon, tmp_pat
     assert (t["kind"], t["reason"], t["iteration"]) == ("manual", "looked wrong", 5)
 
 
+@pytest.mark.parametrize("reason", ["€" * 400, "损失突然变大了，看看第七步" * 3, "loss 📈🔥 " * 150],
+                         ids=["euro", "chinese", "emoji"])
+def test_a_long_non_ascii_reason_works_end_to_end(daemon: Daemon, tmp_path: Path,
+                                                  reason: str) -> None:
+    """Issue 48: the client cut a reason at 1024 bytes inside a character (400 x "€" is 1200
+    bytes); protobuf refused the invalid UTF-8, dumpd ended the session and the job's next
+    call failed with a broken pipe. Now the reason is cut between characters: the trigger
+    fires, status and triggers.jsonl show it, and the session goes on."""
+    config = recorder_config(tmp_path, steps=2, max_triggers=0)
+    client = dumpd.Client(str(config), socket=daemon.socket)
+    x = np.empty(64, dtype=np.float32)
+    y = np.empty(64, dtype=np.float32)
+    run_steps(client, 3, x, y, each=lambda step: step == 2 and client.trigger(reason))
+    counts = client.flush()
+    assert counts["last_error"] == "", counts
+    kept = reason.encode()[:1024].decode(errors="ignore")
+    assert len(kept.encode()) <= 1024 and reason.startswith(kept)
+    out = subprocess.run([os.environ["DUMPCTL_BIN"], "--socket", daemon.socket, "status",
+                          "--json"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    [status] = [s for s in json.loads(out.stdout)["sessions"]
+                if s["path"] == str(tmp_path / "dump")]
+    assert status["recorder"]["triggers"] == 1, status
+    shown = status["recorder"]["last_trigger"]
+    assert ("manual at iteration 2: " + kept).startswith(shown) and len(shown) > 40, shown
+    client.set_step(3)  # the session goes on
+    assert client.dump("Add", "Default/Add-op0", "output", 0, x)
+    assert client.flush()["last_error"] == ""
+    client.close()
+    [t] = triggers(tmp_path / "dump")
+    assert t["reason"] == kept
+
+
 def test_the_client_stops_copying_after_max_triggers(daemon: Daemon, tmp_path: Path) -> None:
     config = recorder_config(tmp_path, steps=2)  # max_triggers 1, after_steps 1
     client = dumpd.Client(str(config), socket=daemon.socket)

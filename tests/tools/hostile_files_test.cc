@@ -3,6 +3,9 @@
 // process with SIGBUS.
 #include <fcntl.h>
 #include <lz4frame.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -168,6 +171,73 @@ TEST(HostileFiles, ATensorOfAFileThatShrankDecodesZerosAndSaysSo) {
   left->decode((1 << 19) - 16, 16, out.data());
   EXPECT_EQ(out[15], 0.0);
   EXPECT_TRUE(left->shrank());
+}
+
+// Issue 48: root's dumpctl checked a tree's entries while scanning and opened them later by
+// path, following links and blocking on FIFOs. The tree's owner could swap a file for a link
+// to a file only root may read (and convert would write its bytes out), or for a FIFO (and
+// dumpctl would wait forever).
+TEST(HostileFiles, AFileSwappedForALinkOrAFifoIsRefusedNotFollowed) {
+  TempDir d;
+  const std::string secret = d / "secret.npy";
+  writeFile(secret, npyOfFloats(8));
+  const std::string entry = d / "Add.op.0.0.1.output.0.DefaultFormat.float32.npy";
+  ASSERT_EQ(::symlink(secret.c_str(), entry.c_str()), 0);
+  for (auto open : {+[](const std::string& p) { return MappedFile::open(p).has_value(); },
+                    +[](const std::string& p) {
+                      return TensorData::open(TensorFileKind::kNpy, p).has_value();
+                    }}) {
+    EXPECT_FALSE(open(entry));
+  }
+  auto link = MappedFile::open(entry);
+  ASSERT_FALSE(link.has_value());
+  EXPECT_EQ(link.error().message,
+            entry + " is a symbolic link: dumpctl does not follow links in dump trees");
+  ASSERT_EQ(::unlink(entry.c_str()), 0);
+  ASSERT_EQ(::mkfifo(entry.c_str(), 0600), 0);
+  // Without O_NONBLOCK this open never returns (no writer): ctest's timeout fails the test.
+  auto fifo = TensorData::open(TensorFileKind::kNpy, entry);
+  ASSERT_FALSE(fifo.has_value());
+  EXPECT_EQ(fifo.error().message, entry + " is not a regular file");
+}
+
+TEST(HostileFiles, ARacingSwapNeverMakesAnOpenReadTheLinkTarget) {
+  // Another process swaps the entry between a file of its own and a link to the secret as
+  // fast as it can; every open either reads the owner's file or is refused.
+  TempDir d;
+  const std::string secret = d / "secret.npy";
+  writeFile(secret, npyOfFloats(4));
+  const std::string own = d / "own.npy";
+  writeFile(own, npyOfFloats(16));
+  const std::string entry = d / "entry.npy";
+  const std::string link = d / "entry.link";
+  const std::string copy = d / "entry.copy";
+  ASSERT_EQ(::symlink(secret.c_str(), link.c_str()), 0);
+  const pid_t swapper = ::fork();
+  ASSERT_GE(swapper, 0);
+  if (swapper == 0) {
+    for (int i = 0; i < 200000; ++i) {
+      // rename() replaces atomically: the entry is always one or the other.
+      (void)::link(own.c_str(), copy.c_str());
+      (void)::rename(copy.c_str(), entry.c_str());
+      (void)::symlink(secret.c_str(), link.c_str());
+      (void)::rename(link.c_str(), entry.c_str());
+    }
+    ::_exit(0);
+  }
+  int own_reads = 0, refused = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto t = TensorData::open(TensorFileKind::kNpy, entry);
+    if (!t) {
+      ++refused;
+      continue;
+    }
+    EXPECT_EQ(t->elements(), 16u) << "read the link's target";
+    ++own_reads;
+  }
+  ::kill(swapper, SIGKILL);
+  ::waitpid(swapper, nullptr, 0);
+  EXPECT_EQ(own_reads + refused, 2000);
 }
 
 }  // namespace
