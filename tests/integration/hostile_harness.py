@@ -148,6 +148,43 @@ def tree_snapshot(root):
     return out
 
 
+def rss_anon(pid):
+    """dumpd's anonymous resident memory (RssAnon): its heap, not the rings it maps."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon")
+
+
+NOT_SELECTED = "999999"  # an iteration selection none of the hostile records is in
+
+
+def recorder_job(root, iteration=NOT_SELECTED, net_name="Net", **recorder):
+    """A job config whose `flight_recorder` section is `recorder` (none when empty)."""
+    config = job_config(root, iteration=iteration, net_name=net_name)
+    if recorder:
+        config["flight_recorder"] = recorder
+    return config
+
+
+def script_agent(h, name, uid, rank, config, script, ring_bytes=1 << 20):
+    """A raw session of `uid` (rawclient.py agent_script) running `script`, dumping into a
+    directory of its own (the agent's `root`); `config(root)` is its job config."""
+    root = make_dir(h.workdir / name, owner=uid)
+    cfg = write_job(h.workdir, f"{name}.json", config(root))
+    agent = h.agent("script", "--socket", h.socket, "--config", cfg, "--root", root,
+                    "--rank", rank, "--ring-bytes", ring_bytes, "--script", json.dumps(script),
+                    uid=uid)
+    agent.root = root
+    return agent
+
+
+def done(agent, action, timeout=DEADLINE_S):
+    """The agent's line for `action`, or its refusal (whichever comes first)."""
+    return agent.wait(lambda e: e["event"] in (action, "refused"), timeout,
+                      f"the hostile agent's {action}")
+
+
 def values(i, n=16):
     return np.arange(n, dtype=np.float32) + np.float32(i)
 

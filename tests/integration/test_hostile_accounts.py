@@ -19,41 +19,12 @@ import subprocess
 import pytest
 
 from conftest import DUMPCTL, wait_for
-from hostile_harness import (DEADLINE_S, UID_A, UID_B, Sampler, harness,  # noqa: F401
-                             job_config, make_dir, write_job)
+from hostile_harness import (DEADLINE_S, UID_A, UID_B, Sampler, done, harness,  # noqa: F401
+                             recorder_job, rss_anon, script_agent)
 
 pytestmark = pytest.mark.conditional  # needs root: hostile_harness skips the file otherwise
 
 MiB = 1 << 20
-NOT_SELECTED = "999999"
-
-
-def rss_anon(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon")
-
-
-def recorder_job(root, iteration=NOT_SELECTED, net_name="Net", **recorder):
-    config = job_config(root, iteration=iteration, net_name=net_name)
-    if recorder:
-        config["flight_recorder"] = recorder
-    return config
-
-
-def hostile(h, name, uid, rank, config, script, ring_bytes=1 * MiB):
-    """A raw session of `uid` (rawclient.py agent_script) running `script`."""
-    root = make_dir(h.workdir / name, owner=uid)
-    cfg = write_job(h.workdir, f"{name}.json", config(root))
-    return h.agent("script", "--socket", h.socket, "--config", cfg, "--root", root,
-                   "--rank", rank, "--ring-bytes", ring_bytes, "--script", json.dumps(script),
-                   uid=uid), root
-
-
-def done(agent, action, timeout=DEADLINE_S):
-    return agent.wait(lambda e: e["event"] in (action, "refused"), timeout,
-                      f"the hostile agent's {action}")
 
 
 def test_step_marks_outside_an_open_trigger_do_not_grow_dumpd(harness):
@@ -67,7 +38,7 @@ def test_step_marks_outside_an_open_trigger_do_not_grow_dumpd(harness):
                                     after_steps=1024, max_triggers=0)
     base = rss_anon(h.pid)
     rss = Sampler(lambda: rss_anon(h.pid), period=0.05)
-    a, root = hostile(h, "open-trigger", UID_A, 80, job,
+    a = script_agent(h, "open-trigger", UID_A, 80, job,
                       [["step", top], ["ops", {"name": "Default/Op-op0", "iteration": top}],
                        ["trigger", "open"], ["steps", {"first": 0, "count": 300_000}],
                        ["flush", 120]], ring_bytes=8 * MiB)
@@ -85,7 +56,7 @@ def test_a_net_name_longer_than_a_directory_name_is_refused(harness):
     h = harness()
     base = rss_anon(h.pid)
     for i in range(8):
-        a, _ = hostile(h, f"long-net-{i}", UID_A, 90 + i,
+        a = script_agent(h, f"long-net-{i}", UID_A, 90 + i,
                        lambda root: recorder_job(root, net_name=chr(ord("a") + i) * (2 * MiB)),
                        [["flush"]], ring_bytes=1 * MiB)
         ev = done(a, "welcome")
@@ -103,7 +74,7 @@ def test_a_pause_holds_for_a_client_that_sends_no_step_mark(harness):
     second step mark, while status said paused)."""
     h = harness()
     go = h.workdir / "go"  # the agent (another uid) waits for it
-    a, root = hostile(h, "no-marks", UID_A, 100, lambda root: recorder_job(root, iteration="all"),
+    a = script_agent(h, "no-marks", UID_A, 100, lambda root: recorder_job(root, iteration="all"),
                       [["step", 0], ["ops", {"name": "Default/Op-op0", "iteration": 0}],
                        ["flush"], ["wait", str(go)],
                        ["ops", {"name": "Default/Op-op0", "iteration": 1, "count": 200,
@@ -120,7 +91,7 @@ def test_a_pause_holds_for_a_client_that_sends_no_step_mark(harness):
                 e["event"] == "refused", 60, "the second flush")
     assert ev["event"] == "flush", ev
     assert ev["written"] == 1, f"{ev['written'] - 1} ops written while paused"
-    iterations = sorted(int(p.name) for p in (root / "rank_100" / "Net" / "0").iterdir())
+    iterations = sorted(int(p.name) for p in (a.root / "rank_100" / "Net" / "0").iterdir())
     assert iterations == [0], iterations
     assert h.session_of_rank(100)["paused"] is True
     h.finish()
@@ -133,7 +104,7 @@ def test_a_trigger_reason_that_is_not_utf8_skips_the_record_not_the_session(harn
     h = harness()
     job = lambda root: recorder_job(root, steps=2, triggers=["manual"])  # noqa: E731
     cut = ("€" * 400).encode()[:1024]
-    a, root = hostile(h, "cut-reason", UID_B, 110, job,
+    a = script_agent(h, "cut-reason", UID_B, 110, job,
                       [["step", 1], ["ops", {"name": "Default/Op-op0", "iteration": 1}],
                        ["trigger", {"reason_hex": cut.hex()}],
                        ["ops", {"name": "Default/Op-op1", "iteration": 1}], ["flush"],
@@ -160,7 +131,7 @@ def test_four_flooding_uids_leave_room_for_a_fifth(harness):
     h = harness(settings={"recorder_memory_bytes": budget, "max_ring_bytes": 256 * MiB})
     recorder = dict(steps=1024, max_bytes=1 << 40, triggers=["manual"])
     for i, uid in enumerate((1241, 1242, 1243, 1244)):
-        a, _ = hostile(h, f"hog-{uid}", uid, 120 + i,
+        a = script_agent(h, f"hog-{uid}", uid, 120 + i,
                        lambda root: recorder_job(root, **recorder),
                        [["step", 0],
                         ["ops", {"name": "Default/Tiny-op0", "count": 200_000,
@@ -168,7 +139,7 @@ def test_four_flooding_uids_leave_room_for_a_fifth(harness):
                         ["flush", 120]], ring_bytes=128 * MiB)
         ev = done(a, "flush", 180)
         assert ev["event"] == "flush", ev
-    b, _ = hostile(h, "modest", 1245, 130, lambda root: recorder_job(root, steps=4, **{
+    b = script_agent(h, "modest", 1245, 130, lambda root: recorder_job(root, steps=4, **{
                    k: v for k, v in recorder.items() if k != "steps"}),
                    [["step", 0],
                     ["ops", {"name": "Default/Tiny-op0", "count": 800, "per_iteration": 200}],
@@ -195,7 +166,7 @@ def test_an_iteration_given_up_for_memory_is_counted_and_journalled(harness):
     h = harness(settings={"recorder_memory_bytes": budget})
     job = lambda root: recorder_job(root, steps=64, max_bytes=1 << 40,  # noqa: E731
                                     triggers=["manual"], after_steps=0)
-    a, root = hostile(h, "small-share", UID_A, 140, job,
+    a = script_agent(h, "small-share", UID_A, 140, job,
                       [["step", 0],
                        ["ops", {"name": "Default/Tiny-op0", "count": 20_000,
                                 "per_iteration": 300}],
@@ -205,7 +176,7 @@ def test_an_iteration_given_up_for_memory_is_counted_and_journalled(harness):
     assert ev["event"] == "flush", ev
     rec = h.session_of_rank(140)["recorder"]
     assert rec["discarded_for_memory"] > 0, rec
-    line = wait_for(lambda: list((root / "rank_140" / ".dump_metadata").glob("triggers.jsonl")),
+    line = wait_for(lambda: list((a.root / "rank_140" / ".dump_metadata").glob("triggers.jsonl")),
                     DEADLINE_S, "triggers.jsonl")[0].read_text().splitlines()[0]
     missed = json.loads(line)["iterations_not_written"]
     assert any("recorder_memory_bytes was used up" in m["why"] for m in missed), missed

@@ -18,21 +18,12 @@ import pytest
 from conftest import DUMPCTL, wait_for
 # The harness, its fixture and helpers (importing the module skips this one too when the
 # hostile tests cannot run: they need root).
-from hostile_harness import (DEADLINE_S, UID_A, UID_B, Sampler, harness,  # noqa: F401
-                             job_config, make_dir, write_job)
+from hostile_harness import (DEADLINE_S, UID_A, UID_B, Sampler, done, harness,  # noqa: F401
+                             recorder_job, rss_anon, script_agent)
 
 pytestmark = pytest.mark.conditional  # needs root: hostile_harness skips the file otherwise
 
 MiB = 1 << 20
-NOT_SELECTED = "999999"  # an iteration selection none of the hostile records is in
-
-
-def rss_anon(pid):
-    """dumpd's anonymous resident memory (RssAnon): its heap, not the rings it maps."""
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon")
 
 
 def cpu_seconds(pid):
@@ -40,29 +31,6 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def recorder_job(root, iteration=NOT_SELECTED, **recorder):
-    """A job config whose `flight_recorder` section is `recorder` (none when empty)."""
-    config = job_config(root, iteration=iteration)
-    if recorder:
-        config["flight_recorder"] = recorder
-    return config
-
-
-def hostile(h, name, uid, rank, config, script, ring_bytes=1 * MiB):
-    """A raw session of `uid` (rawclient.py agent_script) running `script` in `root`."""
-    root = make_dir(h.workdir / name, owner=uid)
-    cfg = write_job(h.workdir, f"{name}.json", config(root))
-    return h.agent("script", "--socket", h.socket, "--config", cfg, "--root", root,
-                   "--rank", rank, "--ring-bytes", ring_bytes, "--script", json.dumps(script),
-                   uid=uid)
-
-
-def done(agent, action, timeout=DEADLINE_S):
-    """The agent's line for `action`, or its refusal (whichever comes first)."""
-    return agent.wait(lambda e: e["event"] in (action, "refused"), timeout,
-                      f"the hostile agent's {action}")
 
 
 # ---------------------------------------------------------------- kept records
@@ -92,7 +60,7 @@ def test_kept_records_of_every_session_stay_within_recorder_memory_bytes(harness
     for name, uid, rank, count, per_iteration in (("hog-a", UID_A, 40, 600_000, 1000),
                                                    ("hog-a2", UID_A, 41, 600_000, 5000),
                                                    ("modest-b", UID_B, 42, 10_000, 1000)):
-        a = hostile(h, name, uid, rank, lambda root: recorder_job(root, **recorder),
+        a = script_agent(h, name, uid, rank, lambda root: recorder_job(root, **recorder),
                     [["step", 0],
                      ["ops", {"name": "Default/Tiny-op0", "count": count,
                               "per_iteration": per_iteration}],
@@ -131,7 +99,7 @@ def test_a_device_kept_tensor_nothing_would_fetch_ends_only_its_session(harness,
     else:
         config = lambda root: recorder_job(root, iteration="0", steps=2)  # noqa: E731
         why = "is kept on the client's device, but iteration 0 is dumped, not recorded"
-    a = hostile(h, "deferred", UID_A, 60, config,
+    a = script_agent(h, "deferred", UID_A, 60, config,
                 [["step", 0], ["ops", {"name": "Default/Kept-op0", "payload": "deferred"}],
                  ["flush", timeout_s + DEADLINE_S]])
     ev = done(a, "flush", timeout_s + DEADLINE_S + 5)
@@ -159,7 +127,7 @@ def test_status_lists_sessions_whose_op_names_and_reasons_are_not_utf8(harness):
     h = harness()
     nan_job = lambda root: recorder_job(root, steps=2, triggers=["nan", "manual"],  # noqa: E731
                                         max_triggers=0)
-    bad = hostile(h, "bad-names", UID_A, 50, nan_job,
+    bad = script_agent(h, "bad-names", UID_A, 50, nan_job,
                   [["step", 1],
                    ["ops", {"name_hex": b"Default/\xff\xfe-nan".hex(), "iteration": 1,
                             "value": float("nan")}],
@@ -171,7 +139,7 @@ def test_status_lists_sessions_whose_op_names_and_reasons_are_not_utf8(harness):
                             "payload": "repeat"}]])
     reason = "x" + "é" * 600
     manual_job = lambda root: recorder_job(root, steps=2, triggers=["manual"])  # noqa: E731
-    long = hostile(h, "long-reason", UID_B, 51, manual_job,
+    long = script_agent(h, "long-reason", UID_B, 51, manual_job,
                    [["step", 1], ["ops", {"name": "Default/Ok-op0", "iteration": 1}],
                     ["trigger", reason], ["flush"]])
     for a in (bad, long):
@@ -218,7 +186,7 @@ def test_waiting_for_a_fetch_that_never_comes_costs_no_cpu(harness):
     h = harness(settings={"recorder_fetch_timeout_ms": timeout_s * 1000})
     job = lambda root: recorder_job(root, steps=128, max_bytes=1 << 40,  # noqa: E731
                                     triggers=["manual"], after_steps=0)
-    a = hostile(h, "silent", UID_A, 70, job,
+    a = script_agent(h, "silent", UID_A, 70, job,
                 [["step", 0],
                  ["ops", {"name": "Default/Kept-op0", "payload": "deferred", "count": 200_000,
                           "per_iteration": 1000, "state": 2, "last_state": 0}],
