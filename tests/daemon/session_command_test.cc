@@ -154,10 +154,11 @@ TEST_F(SessionCommandTest, RootAndTheOwnerMayTriggerUntilMaxTriggers) {
 TEST_F(SessionCommandTest, AcceptedCommandsLogAtMostFiveLinesATenSecondWindow) {
   // Issue 48: every accepted selection change and manual trigger logged a line (100 lines
   // in 2.3 s), where docs/operations.md promises 5 per 10 s a session.
+  // Installed before the session's threads start, and left in place (each test runs in a
+  // process of its own): swapping the default logger while a thread logs would be a race.
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000);
   auto logger = std::make_shared<spdlog::logger>("capture", sink);
   logger->set_level(spdlog::level::info);
-  auto saved = spdlog::default_logger();
   spdlog::set_default_logger(logger);
   auto s = startAs(peer(100, 1000), 0, recorderConfig(R"({"max_triggers": 0})"));
   for (int i = 0; i < 100; ++i) {
@@ -167,14 +168,15 @@ TEST_F(SessionCommandTest, AcceptedCommandsLogAtMostFiveLinesATenSecondWindow) {
     ASSERT_TRUE(runSessionCommand(sessions_, peer(4242, 1000), cmd).ok);
   }
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(trigger(0, byId(s->id())).ok);
-  spdlog::set_default_logger(saved);
   const std::vector<std::string> lines = sink->last_formatted();
   const auto count = [&](const std::string& what) {
     return std::count_if(lines.begin(), lines.end(),
                          [&](const std::string& l) { return l.find(what) != std::string::npos; });
   };
-  EXPECT_EQ(count("changed the selection") + count("manual trigger from uid"), 5);
-  EXPECT_EQ(count("changed the selection"), 5);
+  // 5 a window: a slow machine (sanitizers) may see a second window begin.
+  const auto logged = count("changed the selection") + count("manual trigger from uid");
+  EXPECT_GE(logged, 5);
+  EXPECT_LE(logged, 10);
 }
 
 TEST_F(SessionCommandTest, ATriggerRefusedForARecorderTurnedOffNamesWhoTurnedItOff) {
