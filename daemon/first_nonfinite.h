@@ -26,6 +26,12 @@ class FirstNonFinite {
       sequence_ = sequence;
     }
   }
+  // Whether a record at `sequence` could still be the first (none earlier was offered): the
+  // writers skip the check of records that cannot.
+  bool couldBeFirst(uint64_t sequence) {
+    MutexLock lock(&mu_);
+    return !first_ || sequence < sequence_;
+  }
   // The first one offered, and forgets it.
   std::optional<TriggerEvent::NonFinite> take() {
     MutexLock lock(&mu_);

@@ -101,6 +101,7 @@ void RingDrain::keepRecord(std::shared_ptr<OpTask> task, uint64_t slot, uint64_t
 }
 
 void RingDrain::offerNonFinite(OpTask& task) {
+  if (!writers_nonfinite_.couldBeFirst(task.sequence)) return;  // a read of its bytes saved
   findNonFinite(task);
   const uint32_t at = std::min(task.nan_view, task.inf_view);
   if (at == OpTask::kNoView) return;
