@@ -283,20 +283,28 @@ TEST_F(RingDrainTest, AnInfinityAfterANanInTheSameRecordFiresAnInfOnlyRecorder) 
   d->finish();
 }
 
-TEST_F(RingDrainTest, WhateverFiresFirstTheTriggerNamesTheFirstNonFiniteOp) {
+// Iterations 1 and 2 with op "fine" and a loss of 1, then iteration 3 begins with "fine".
+class RingDrainLossTest : public RingDrainTest {
+ protected:
+  void twoCalmStepsThenIteration3() {
+    for (uint32_t it = 1; it <= 2; ++it) {
+      ring_.step(0, it);
+      ring_.op("fine", it, {1.0f});
+      reportLoss(it, 1.0);
+    }
+    ring_.step(0, 3);
+    ring_.op("fine", 3, {1.0f});
+  }
+};
+
+TEST_F(RingDrainLossTest, WhateverFiresFirstTheTriggerNamesTheFirstNonFiniteOp) {
   // A loss spike fires during iteration 3 before its NaN check would (max_triggers 1): the
   // trigger still names the first NaN in the kept iterations, op and tensor.
   constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
   auto d = make(recorderConfig(
       R"({"triggers": ["loss_spike", "nan", "inf"], "saved_data": "full", "after_steps": 0,
           "loss_spike": {"window": 2, "factor": 2.0}})"));
-  for (uint32_t it = 1; it <= 2; ++it) {
-    ring_.step(0, it);
-    ring_.op("fine", it, {1.0f});
-    reportLoss(it, 1.0);
-  }
-  ring_.step(0, 3);
-  ring_.op("fine", 3, {1.0f});
+  twoCalmStepsThenIteration3();
   ring_.op("first_bad", 3, {kNan});
   ring_.op("later_bad", 3, {kNan});
   reportLoss(3, 50.0);
@@ -313,7 +321,7 @@ TEST_F(RingDrainTest, WhateverFiresFirstTheTriggerNamesTheFirstNonFiniteOp) {
       << recorderStatus(*d).last_trigger();
 }
 
-TEST_F(RingDrainTest, WithoutANanTriggerTheWritersNameTheFirstNonFiniteOp) {
+TEST_F(RingDrainLossTest, WithoutANanTriggerTheWritersNameTheFirstNonFiniteOp) {
   // Issue 48: a job with triggers ["loss_spike"] whose loss turned NaN got no
   // first_nonfinite: only a nan or inf trigger checked the kept records. The writers check
   // what a trigger writes, kept iterations and those after it, in execution order.
@@ -322,13 +330,7 @@ TEST_F(RingDrainTest, WithoutANanTriggerTheWritersNameTheFirstNonFiniteOp) {
   auto d = make(recorderConfig(
       R"({"triggers": ["loss_spike"], "saved_data": "full", "after_steps": 1,
           "loss_spike": {"window": 2, "factor": 2.0}})"));
-  for (uint32_t it = 1; it <= 2; ++it) {
-    ring_.step(0, it);
-    ring_.op("fine", it, {1.0f});
-    reportLoss(it, 1.0);
-  }
-  ring_.step(0, 3);
-  ring_.op("fine", 3, {1.0f});
+  twoCalmStepsThenIteration3();
   ring_.op("first_bad", 3, {1.0f, kInf});
   ring_.op("later_bad", 3, {kNan});
   reportLoss(3, std::numeric_limits<double>::quiet_NaN());
