@@ -54,17 +54,21 @@ def test_a_net_name_longer_than_a_directory_name_is_refused(harness):
     """net_name names a directory: past 255 bytes the session is refused, naming the limit.
     The old daemon took 2 MiB names and kept each in the job's account for its whole life."""
     h = harness()
-    base = rss_anon(h.pid)
+    base = None
     for i in range(8):
         a = script_agent(h, f"long-net-{i}", UID_A, 90 + i,
-                       lambda root: recorder_job(root, net_name=chr(ord("a") + i) * (2 * MiB)),
-                       [["flush"]], ring_bytes=1 * MiB)
+                         lambda root: recorder_job(root, net_name=chr(ord("a") + i) * (2 * MiB)),
+                         [["flush"]], ring_bytes=1 * MiB)
         ev = done(a, "welcome")
         assert ev["event"] == "refused", ev
         assert "net_name is 2097152 characters long; it names a directory of the dump tree, " \
                "which holds at most 255" in ev["message"], ev
+        if base is None:
+            # After the first: reading a 2 MiB Hello takes buffers the allocator keeps for
+            # the next one. Nothing of a refused session may stay.
+            base = rss_anon(h.pid)
     grown = rss_anon(h.pid) - base
-    assert grown < 8 * MiB, f"dumpd's heap grew by {grown / MiB:.1f} MiB"
+    assert grown < 6 * MiB, f"dumpd's heap grew by {grown / MiB:.1f} MiB over 7 sessions"
     h.finish()
 
 
