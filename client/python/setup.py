@@ -3,7 +3,7 @@
 The extension is compiled from this directory's sources (with the source tree's headers)
 and linked with the static client library, libdumpd_client.a, that pkg-config finds as
 "dumpd": the installed package, or a build tree's dumpd-uninstalled.pc when
-PKG_CONFIG_PATH=<build>/pkgconfig. Like the CMake build, the module exports PyInit__dumpd
+PKG_CONFIG_PATH=<build>/pkgconfig, else the build tree $DUMPD_BUILD_DIR or <source tree>/build. Like the CMake build, the module exports PyInit__dumpd
 alone and hides every library it links (exports.map, --exclude-libs).
 """
 
@@ -32,14 +32,33 @@ def project_version():
     return m.group(1)
 
 
+def build_tree_pkgconfig():
+    """The pkgconfig directory of a dumpd build tree: $DUMPD_BUILD_DIR's, else the source
+    tree's build/ (where scripts/test and scripts/demo build), when it holds the client."""
+    build = os.environ.get("DUMPD_BUILD_DIR") or str(ROOT / "build")
+    directory = Path(build) / "pkgconfig"
+    return directory if (directory / "dumpd-uninstalled.pc").exists() else None
+
+
 def pkg_config(*args):
     if shutil.which("pkg-config") is None:
         sys.exit("setup.py: pkg-config is not installed (apt-get install pkg-config)")
+    env = dict(os.environ)
     out = subprocess.run(["pkg-config", *args, "dumpd"], capture_output=True, text=True)
+    if out.returncode != 0 and build_tree_pkgconfig() is not None:
+        # No installed dumpd: the build tree's client library, as PKG_CONFIG_PATH would give.
+        tree = str(build_tree_pkgconfig())
+        env["PKG_CONFIG_PATH"] = os.pathsep.join(
+            p for p in (tree, os.environ.get("PKG_CONFIG_PATH", "")) if p)
+        out = subprocess.run(["pkg-config", *args, "dumpd"], capture_output=True, text=True,
+                             env=env)
+        if out.returncode == 0 and args and args[0] == "--modversion":
+            print(f"setup.py: no installed dumpd; using the build tree's ({tree})")
     if out.returncode != 0:
         sys.exit("setup.py: pkg-config cannot find the dumpd client library: install the dumpd "
-                 "package (apt install ./dumpd_*.deb), or build dumpd and set "
-                 "PKG_CONFIG_PATH=<build>/pkgconfig\n" + out.stderr)
+                 "package (apt install ./dumpd_*.deb), or build dumpd (scripts/test builds "
+                 "build/, found by itself) and set DUMPD_BUILD_DIR=<build> or "
+                 "PKG_CONFIG_PATH=<build>/pkgconfig for another build directory\n" + out.stderr)
     return out.stdout.strip()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,17 @@ def build_env() -> dict:
 
 def test_pip_installs_into_the_torch2_environment(daemon, tmp_path):
     """Into a target directory with the torch 2 environment's pip, setuptools and numpy 2
-    (the cached environment itself stays as it is); dumpd then imports beside torch 2."""
+    (the cached environment itself stays as it is); dumpd then imports beside torch 2. As
+    README says it, without PKG_CONFIG_PATH: setup.py finds the build tree by itself
+    (<source tree>/build, or DUMPD_BUILD_DIR for another one)."""
     env = build_env()
+    del env["PKG_CONFIG_PATH"]
+    if BUILD.resolve() == (pc.REPO / "build").resolve():
+        env.pop("DUMPD_BUILD_DIR", None)  # the README's line exactly
+    else:
+        env["DUMPD_BUILD_DIR"] = str(BUILD)
+    if subprocess.run(["pkg-config", "--exists", "dumpd"], env=env).returncode == 0:
+        pytest.skip("a dumpd package is installed: pkg-config finds it before the build tree")
     target = tmp_path / "site"
     pc.run([TORCH2, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
             "--no-cache-dir", "-q", "--target", target, pc.REPO / "client" / "python"],

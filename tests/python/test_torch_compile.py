@@ -26,14 +26,12 @@ from conftest import Daemon, dump_files, index_files, make_config
 
 pytestmark = pytest.mark.conditional
 
+from compile_support import require_compile  # noqa: E402
+
+require_compile()
+
+from compile_support import assert_same_tree, compiled_frames, counters, fresh_counters  # noqa: E402,E501
 from dumpd.torch import _compiled  # noqa: E402
-
-if _compiled.UNAVAILABLE is not None or not hasattr(torch, "compile"):
-    pytest.skip(f"no torch.compile dump point: {_compiled.UNAVAILABLE or 'no torch.compile'} "
-                "(run under the torch 2 environment: scripts/test-torch2)",
-                allow_module_level=True)
-
-from torch._dynamo.utils import counters  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -108,21 +106,10 @@ def trees(tmp_path: Path, make_model: Callable[[], nn.Module], inputs: List[torc
     return tuple(out)
 
 
-def assert_same_tree(eager: dict, compiled: dict, rtol: float, atol: float) -> None:
-    assert eager and sorted(compiled) == sorted(eager)
-    for key, f in eager.items():
-        a, b = f.load(), compiled[key].load()
-        assert a.dtype == b.dtype and a.shape == b.shape, key
-        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol, err_msg=str(key))
 
 
-def fresh_counters() -> None:
-    torch._dynamo.reset()
-    counters.clear()
 
 
-def compiled_frames() -> int:
-    return counters["stats"]["unique_graphs"]
 
 
 def test_a_compiled_cnn_dumps_the_eager_tree_in_one_graph(daemon: Daemon,
@@ -131,7 +118,7 @@ def test_a_compiled_cnn_dumps_the_eager_tree_in_one_graph(daemon: Daemon,
     g = torch.Generator().manual_seed(1)
     inputs = [torch.randn(4, 3, 16, 16, generator=g) for _ in range(3)]
     eager, compiled = trees(tmp_path, CNN, inputs, daemon, {"fullgraph": True})
-    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters()["graph_break"], dict(counters()["graph_break"])
     assert compiled_frames() == 1  # one graph for three steps: no recompile
     # Every leaf module, both sides, every step: the eager tree by name.
     assert {k[1] for k in eager} == {f"Default_{p}-{c}_{c}-op{i}" for i, p, c in (
@@ -153,7 +140,7 @@ def test_a_compiled_transformer_block_with_dynamic_shapes(daemon: Daemon,
     inputs = [torch.randn(2, t, 32, generator=g) for t in (8, 12, 16)]
     eager, compiled = trees(tmp_path, Block, inputs, daemon,
                             {"fullgraph": True, "dynamic": True})
-    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters()["graph_break"], dict(counters()["graph_break"])
     assert compiled_frames() == 1
     assert len(eager) == 3 * 7 * 2
     assert {f.load().shape[1] for k, f in compiled.items() if k[1].endswith("_gelu-GELU_GELU-op6")
@@ -169,7 +156,7 @@ def test_gradients_of_a_compiled_model_are_the_eager_ones(daemon: Daemon,
     g = torch.Generator().manual_seed(5)
     inputs = [torch.randn(4, 3, 16, 16, generator=g) for _ in range(2)]
     eager, compiled = trees(tmp_path, CNN, inputs, daemon, {"fullgraph": True}, backward=True)
-    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters()["graph_break"], dict(counters()["graph_break"])
     assert compiled_frames() == 1
     grads = {k for k in eager if k[1].startswith("Gradients_")}
     # Each module's gradient at its output, and at its input but for conv's (the data
@@ -255,7 +242,7 @@ def test_compiling_a_whole_step_adds_no_graph_break(daemon: Daemon, tmp_path: Pa
             step_fn(x)
         if client is not None:
             client.close()
-        breaks[label] = sum(counters["graph_break"].values())
+        breaks[label] = sum(counters()["graph_break"].values())
     assert breaks["dumped"] == breaks["plain"], breaks
     files = index_files(dump_files(tmp_path / "dump"))
     assert {k[0] for k in files} == {0, 1} and len(files) == 2 * 5 * 2
@@ -291,7 +278,7 @@ def test_selection_changes_and_the_recorder_never_recompile(daemon: Daemon,
     torch.manual_seed(0)
     with torch._dynamo.config.patch(error_on_recompile=True):
         train(CNN(), client, inputs, {"fullgraph": True}, at)
-    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not counters()["graph_break"], dict(counters()["graph_break"])
     assert compiled_frames() == 1
     root = tmp_path / "dump"
     [t] = [json.loads(x) for x in

@@ -2,13 +2,77 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 import torch
 
 import dumpd
-from dumpd.torch import _compiled
+from dumpd.torch import _compiled, _steps
 from dumpd.torch._session import _check_errors, _Session
+from dumpd.torch._units import FiredCheck, Unit, unit_paths
+
+
+def _unwrapped(module: torch.nn.Module) -> torch.nn.Module:
+    """The module a ``torch.compile(module)`` wrapper (OptimizedModule) runs, else `module`."""
+    while True:
+        inner = getattr(module, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module) or type(module).__name__ != "OptimizedModule":
+            return module
+        module = inner
+
+
+def named_modules(model: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """``model.named_modules()`` as the model's own code sees it: a ``torch.compile``
+    wrapper anywhere (the model itself, or a submodule replaced by ``torch.compile(block)``)
+    stands for the module it wraps, under the same path. So a model is named alike whether
+    it was compiled before or after attach(), and alike compiled or eager. Each module once,
+    at its first path (as named_modules())."""
+    result: Dict[str, torch.nn.Module] = {}
+    seen: set = set()
+    # Depth first, children in order, without a recursive closure (a reference cycle that
+    # would keep the model, its hooks and its client alive until the next collection).
+    stack = [("", model)]
+    while stack:
+        path, module = stack.pop()
+        module = _unwrapped(module)
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        result[path] = module
+        children = [(f"{path}.{attr}" if path else attr, child)
+                    for attr, child in module.named_children()]
+        stack.extend(reversed(children))
+    return result
+
+
+def _is_leaf(module: torch.nn.Module) -> bool:
+    """A module that is one op: no children, or only the ``parametrizations`` that
+    ``torch.nn.utils.parametrize`` adds (they compute its weight; the module computes)."""
+    children = [name for name, _ in module.named_children()]
+    return not children or (children == ["parametrizations"] and
+                            type(module).__name__.startswith("Parametrized"))
+
+
+def _full_name(modules: Dict[str, torch.nn.Module], path: str, index: int,
+               prefix: str) -> Tuple[str, str]:
+    """(op_type, ``prefix/<attr>-<Class>/.../<Class>-op<index>``) of the module at `path`."""
+    scope = [prefix]
+    if path:
+        parts = path.split(".")
+        for i in range(len(parts)):
+            owner = modules[".".join(parts[: i + 1])]
+            scope.append(f"{parts[i]}-{_class_name(owner)}")
+    op_type = _class_name(modules[path])
+    return op_type, "/".join(scope + [f"{op_type}-op{index}"])
+
+
+def _class_name(module: torch.nn.Module) -> str:
+    """The module's class name; a parametrized module's (ParametrizedLinear) is its own
+    class's (Linear), as before parametrization."""
+    cls = type(module)
+    if cls.__name__.startswith("Parametrized") and hasattr(module, "parametrizations"):
+        cls = cls.__mro__[1]
+    return cls.__name__
 
 
 def op_names(model: torch.nn.Module, prefix: str = "Default") -> Dict[str, Tuple[str, str]]:
@@ -16,21 +80,19 @@ def op_names(model: torch.nn.Module, prefix: str = "Default") -> Dict[str, Tuple
 
     The full name is ``prefix/<attr>-<Class>/.../<Class>-op<N>``, N being the module's
     index in ``model.named_modules()``. A model that is itself a leaf is
-    ``prefix/<Class>-op0``.
+    ``prefix/<Class>-op0``. A ``torch.compile`` wrapper is named as the module it wraps. A
+    module with parametrized weights (``torch.nn.utils.parametrize``) is a leaf: its
+    ``parametrizations`` are part of it.
     """
-    modules = dict(model.named_modules())
+    modules = named_modules(model)
     result: Dict[str, Tuple[str, str]] = {}
+    inside: List[str] = []  # paths of parametrized leaves: what lies below them is theirs
     for index, (path, module) in enumerate(modules.items()):
-        if next(module.children(), None) is not None:
+        if any(path.startswith(p + ".") for p in inside) or not _is_leaf(module):
             continue
-        scope = [prefix]
-        if path:
-            parts = path.split(".")
-            for i in range(len(parts)):
-                owner = modules[".".join(parts[: i + 1])]
-                scope.append(f"{parts[i]}-{type(owner).__name__}")
-        op_type = type(module).__name__
-        result[path] = (op_type, "/".join(scope + [f"{op_type}-op{index}"]))
+        if next(module.children(), None) is not None:
+            inside.append(path)
+        result[path] = _full_name(modules, path, index, prefix)
     return result
 
 
@@ -56,7 +118,7 @@ def _refuse_in_place_modules(model: torch.nn.Module, prefix: str) -> None:
     """backward=True hands each module views of its tensors (the gradient dump points, or
     torch's full backward hooks), and autograd refuses an in-place op on such a view at the
     first forward, with an error that names neither dumpd nor the module: say so now."""
-    modules = dict(model.named_modules())
+    modules = named_modules(model)
     in_place = [path or type(model).__name__ for path in op_names(model, prefix)
                 if getattr(modules[path], "inplace", False)]
     if in_place:
@@ -91,11 +153,43 @@ class _Hook:
     def __call__(self, module: torch.nn.Module, *hook_args: Any) -> None:
         outputs = () if self.out_arg is None else hook_args[self.out_arg]
         if self.site is not None and _compiled.is_compiling():
-            _compiled.emit(self.site.number, hook_args[self.in_arg] if self.inputs else (),
+            _compiled.emit(self.site, hook_args[self.in_arg] if self.inputs else (),
                            outputs if self.outputs else ())
             return
         self.session.dump(self.op_type, self.name, hook_args[self.in_arg], outputs, self.inputs,
                           self.outputs)
+
+
+class _UnitHook:
+    """The forward pre-hook (begins=True) or forward hook of a unit (dumpd.torch._units):
+    the first notes where its call starts, the second dumps it if nothing fired since."""
+
+    __slots__ = ("session", "unit", "begins", "inputs", "outputs", "site")
+
+    def __init__(self, session: _Session, unit: Unit, begins: bool, inputs: bool,
+                 outputs: bool) -> None:
+        self.session = session
+        self.unit = unit
+        self.begins = begins
+        self.inputs = inputs
+        self.outputs = outputs
+        self.site = None
+        if _compiled.UNAVAILABLE is None:
+            self.site = _compiled.add_site(session, unit.op_type, unit.name, inputs, outputs,
+                                           unit=unit, begins=begins)
+
+    def __call__(self, module: torch.nn.Module, args: Any, *output: Any) -> None:
+        if self.site is not None and _compiled.is_compiling():
+            if self.begins:
+                _compiled.emit(self.site, (), ())
+            else:
+                _compiled.emit(self.site, args if self.inputs else (),
+                               output[0] if self.outputs else ())
+            return
+        if self.begins:
+            self.session.begin_unit(self.unit)
+        else:
+            self.session.end_unit(self.unit, args, output[0], self.inputs, self.outputs)
 
 
 class AttachHandle:
@@ -137,7 +231,7 @@ class AttachHandle:
 
 def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
            outputs: bool = True, backward: bool = False, prefix: str = "Default",
-           errors: str = "raise") -> AttachHandle:
+           errors: str = "raise", units: Iterable[Any] = ()) -> AttachHandle:
     """Hooks every leaf module of `model` so each call dumps its inputs and outputs.
 
     inputs/outputs: which sides to dump at all (the job config's input_output and kernel
@@ -146,6 +240,12 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     errors: what a DaemonError in a hook does (the daemon died, the session ended):
     "raise" propagates it out of the model's forward/backward; "warn" issues one
     RuntimeWarning and stops dumping, so training goes on (``handle.error`` keeps it).
+    units: module paths ("layers.0.attn") or classes whose modules are dumped as one op
+    (their own inputs and outputs) in a call where none of their hooked modules ran, as
+    ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` always are: for a module
+    that uses its children's weights itself instead of calling them (dumpd.torch._units).
+    The first step mark (step()/steps()) after the model ran warns once, naming hooked
+    modules that never ran.
     Returns an :class:`AttachHandle`; call ``.remove()`` to detach.
     """
     if not isinstance(model, torch.nn.Module):
@@ -153,6 +253,7 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     if not isinstance(client, dumpd.Client):
         raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
     _check_errors(errors)
+    units = list(units)
     if backward:
         _refuse_in_place_modules(model, prefix)
     session = _Session(client, errors)
@@ -164,7 +265,7 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
             client.prepare_cuda(index)
     if _compiled.UNAVAILABLE is None:
         _compiled.recompile_with_hooks(model)
-    modules = dict(model.named_modules())
+    modules = named_modules(model)
     hooks: List[Any] = []
     sites: List[int] = []
 
@@ -175,8 +276,19 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
 
     names: Dict[str, str] = {}
     gradient_names: Dict[str, str] = {}
+    leaves = op_names(model, prefix)
     try:
-        for path, (op_type, name) in op_names(model, prefix).items():
+        for path in unit_paths(modules, leaves, units):
+            op_type, name = _full_name(modules, path, list(modules).index(path), prefix)
+            names[path] = name
+            below = [leaf_name for leaf, (_, leaf_name) in leaves.items()
+                     if path == "" or leaf.startswith(path + ".")]
+            unit = Unit(op_type, name, below)
+            hooks.append(modules[path].register_forward_pre_hook(
+                hooked(_UnitHook(session, unit, True, inputs, outputs))))
+            hooks.append(modules[path].register_forward_hook(
+                hooked(_UnitHook(session, unit, False, inputs, outputs))))
+        for path, (op_type, name) in leaves.items():
             module = modules[path]
             names[path] = name
             in_place = bool(getattr(module, "inplace", False))
@@ -209,5 +321,7 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
         for site in sites:
             _compiled.remove_site(site)
         raise
+    session.check = FiredCheck({path: leaves[path][1] for path in leaves})
+    _steps.observe(client, session)
     return AttachHandle(hooks, sites, names, gradient_names, session)
 

@@ -10,8 +10,10 @@ traced hook calls ``torch.ops.dumpd.dump(site, inputs, outputs)`` instead:
   then): the graph's own numbers for values several dump points take (dump once);
 * it is registered as an *ordered effect*, so AOTAutograd threads an effect token through
   it and inductor keeps it, in program order, although it returns nothing;
-* ``site`` is a plain integer naming the hook (op type, full name, sides, session) in a
-  table here, and everything that decides whether to dump (the iteration, the job config's
+* ``site`` is a 0-dim int64 CPU tensor holding the number that names the hook (op type, full
+  name, sides, session) in a table here. A tensor, not an int: dynamo lifts it as a graph
+  input, where an int would be a constant guarded by value, and every instance of a block
+  compiled on its own (``block.compile()``) would recompile for its own numbers. Everything that decides whether to dump (the iteration, the job config's
   filters, ``dumpctl control``, the flight recorder) is asked when the op *runs*, by the
   same ``_Session.dump`` the eager hooks call. Nothing of it is a guard: changing it never
   recompiles.
@@ -52,13 +54,20 @@ _OP = "dumpd::dump"
 class Site:
     """What one dump point dumps: the session, the op's type and full name, and its sides.
     The hooks that emit it hold it; the table below only refers to it, so a model dropped
-    without AttachHandle.remove() takes its sites, its session and its client with it."""
+    without AttachHandle.remove() takes its sites, its session and its client with it.
+    `unit` (a _units.Unit) makes it one of the two points of a unit: with `begins` the start
+    of its call, else its end, which dumps it if nothing fired since (dumpd.torch._units)."""
 
-    __slots__ = ("number", "session", "op_type", "name", "want_in", "want_out", "__weakref__")
+    __slots__ = ("number", "key", "session", "op_type", "name", "want_in", "want_out", "unit",
+                 "begins", "__weakref__")
 
     def __init__(self, number: int, session: _Session, op_type: str, name: str, want_in: bool,
-                 want_out: bool) -> None:
+                 want_out: bool, unit: Any = None, begins: bool = False) -> None:
+        self.unit = unit
+        self.begins = begins
         self.number = number
+        # What a graph passes to dumpd::dump: read when the op runs, never guarded on.
+        self.key = torch.tensor(number, dtype=torch.int64)
         self.session = session
         self.op_type = op_type
         self.name = name
@@ -92,18 +101,25 @@ if UNAVAILABLE is None:
     is_compiling = torch.compiler.is_compiling  # noqa: F811  (dynamo constant-folds it)
 
     @torch.library.custom_op(_OP, mutates_args=())
-    def _dump(site: int, inputs: List[Optional[torch.Tensor]],
+    def _dump(site: torch.Tensor, inputs: List[Optional[torch.Tensor]],
               outputs: List[Optional[torch.Tensor]], keys: List[int]) -> None:
         # First, whatever happens to this dump point: a later one may repeat its values.
         linked = LINKS.resolve(keys) if keys else None
-        entry = _sites.get(site)
+        entry = _sites.get(int(site))
         if entry is None:  # the hook was removed (or its model dropped) after compiling
+            return
+        if entry.unit is not None:
+            if entry.begins:
+                entry.session.begin_unit(entry.unit)
+            else:
+                entry.session.end_unit(entry.unit, inputs, outputs, entry.want_in,
+                                       entry.want_out, dump_once=False, linked=linked)
             return
         entry.session.dump(entry.op_type, entry.name, inputs, outputs, entry.want_in,
                            entry.want_out, dump_once=False, linked=linked)
 
     @_dump.register_fake
-    def _dump_fake(site: int, inputs: List[Optional[torch.Tensor]],
+    def _dump_fake(site: torch.Tensor, inputs: List[Optional[torch.Tensor]],
                    outputs: List[Optional[torch.Tensor]], keys: List[int]) -> None:
         return None
 
@@ -132,12 +148,13 @@ def recompile_with_hooks(model: torch.nn.Module) -> None:
             reset_code(code)
 
 
-def add_site(session: _Session, op_type: str, name: str, want_in: bool, want_out: bool) -> Site:
+def add_site(session: _Session, op_type: str, name: str, want_in: bool, want_out: bool,
+             unit: Any = None, begins: bool = False) -> Site:
     """A new dump point; it stays in the table for as long as something holds the Site."""
     with _lock:
         number = _next_site[0]
         _next_site[0] += 1
-        site = Site(number, session, op_type, name, want_in, want_out)
+        site = Site(number, session, op_type, name, want_in, want_out, unit, begins)
         _sites[number] = site
     return site
 
@@ -161,9 +178,9 @@ def _flatten(value: Any, out: List[Optional[torch.Tensor]]) -> List[Optional[tor
     return out
 
 
-def emit(site: int, inputs: Any, outputs: Any) -> None:
+def emit(site: Site, inputs: Any, outputs: Any) -> None:
     """What a hook does while dynamo traces it: one dumpd::dump node in the graph."""
-    torch.ops.dumpd.dump(site, _flatten(inputs, []), _flatten(outputs, []), [])
+    torch.ops.dumpd.dump(site.key, _flatten(inputs, []), _flatten(outputs, []), [])
 
 
 def _map_tensors(value: Any, fn: Any, counter: List[int]) -> Any:
@@ -190,9 +207,10 @@ if UNAVAILABLE is None:
         without its history, and the gradients would be silently wrong."""
 
         @staticmethod
-        def forward(ctx: Any, site: int, side: str, slots: tuple, count: int,
+        def forward(ctx: Any, site: torch.Tensor, side: str, slots: tuple, count: int,
                     *tensors: torch.Tensor) -> tuple:
-            ctx.site, ctx.side, ctx.slots, ctx.count = site, side, slots, count
+            ctx.save_for_backward(site)  # Site.key: a graph input, not a guarded constant
+            ctx.side, ctx.slots, ctx.count = side, slots, count
             return tuple(t.view_as(t) for t in tensors)
 
         @staticmethod
@@ -200,10 +218,11 @@ if UNAVAILABLE is None:
             full: List[Optional[torch.Tensor]] = [None] * ctx.count
             for slot, g in zip(ctx.slots, grads):
                 full[slot] = g
+            site, = ctx.saved_tensors
             if ctx.side == "output":  # gradients at the module's outputs: the op's inputs
-                torch.ops.dumpd.dump(ctx.site, full, [], [])
+                torch.ops.dumpd.dump(site, full, [], [])
             else:
-                torch.ops.dumpd.dump(ctx.site, [], full, [])
+                torch.ops.dumpd.dump(site, [], full, [])
             return (None, None, None, None) + grads
 
 
@@ -235,6 +254,6 @@ class GradientTap:
         _map_tensors(value, note, count)
         if not tensors:
             return None  # nothing here gets a gradient: the hook changes nothing
-        views = dict(zip(slots, _GradientPoint.apply(self.site.number, self.side, tuple(slots),
+        views = dict(zip(slots, _GradientPoint.apply(self.site.key, self.side, tuple(slots),
                                                      count[0], *tensors)))
         return _map_tensors(value, lambda slot, t: views.get(slot, t), [0])

@@ -22,7 +22,8 @@ def _warn(error: dumpd.DaemonError, what: str) -> None:
 class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
-    __slots__ = ("client", "errors", "error", "cuda_mode", "identities")
+    __slots__ = ("client", "errors", "error", "cuda_mode", "identities", "fired", "check",
+                 "__weakref__")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
@@ -30,6 +31,10 @@ class _Session:
         self.errors = errors
         self.error: dumpd.DaemonError | None = None
         self.cuda_mode: str | None = None  # "device" or "host", decided at the first one
+        # Dump points that fired (selected or not): units compare it around their calls.
+        self.fired = 0
+        # Until the first step mark after a dump: the names that fired (_units.FiredCheck).
+        self.check: Any = None
 
     def cuda_on_device(self) -> bool:
         """True when CUDA tensors go device-to-ring; False for the host fallback. Raises
@@ -55,6 +60,9 @@ class _Session:
         graph, whose buffers are reused unversioned); `linked` then gives each slot of the
         flat `inputs` and `outputs` lists its identity from the graph's value numbers
         (_items.LINKS), or None."""
+        self.fired += 1
+        if self.check is not None:
+            self.check.ran.add(name)
         if self.error is not None:
             return
         if linked is not None and len(linked) != len(inputs) + len(outputs):
@@ -79,3 +87,17 @@ class _Session:
             self.error = e
             _warn(e, "dumping stopped, training goes on")
 
+
+    def begin_unit(self, unit: Any) -> None:
+        """A unit's call starts (its forward pre-hook): dumpd.torch._units."""
+        unit.begin(self.fired)
+
+    def end_unit(self, unit: Any, inputs: Any, outputs: Any, want_in: bool, want_out: bool,
+                 dump_once: bool = True, linked: Any = None) -> None:
+        """A unit's call ends: dumped as one op when no dump point fired during it."""
+        if not unit.untouched(self.fired):
+            return
+        if self.check is not None:
+            self.check.ran.update(unit.covered)
+        self.dump(unit.op_type, unit.name, inputs, outputs, want_in, want_out, dump_once,
+                  linked)

@@ -85,6 +85,27 @@ class _PendingLosses:
 _pending: "weakref.WeakKeyDictionary[dumpd.Client, _PendingLosses]" = weakref.WeakKeyDictionary()
 
 
+# Per client: the attach() sessions whose first-step check (_units.FiredCheck) waits for a mark.
+_observers: "weakref.WeakKeyDictionary[dumpd.Client, list]" = weakref.WeakKeyDictionary()
+
+
+def observe(client: dumpd.Client, session: Any) -> None:
+    """step()/steps() give `session`'s check each step mark of `client` until it is done."""
+    _observers.setdefault(client, []).append(weakref.ref(session))
+
+
+def _at_step_mark(client: dumpd.Client) -> None:
+    sessions = _observers.get(client)
+    if not sessions:
+        return
+    for ref in list(sessions):
+        session = ref()
+        if session is not None and session.check is not None:
+            session.check.at_step_mark(session)
+        if session is None or session.check is None:
+            sessions.remove(ref)
+
+
 def _report_loss(client: dumpd.Client, loss: Any) -> None:
     pending = _pending.setdefault(client, _PendingLosses())
     if isinstance(loss, (int, float)):
@@ -129,6 +150,7 @@ def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool
     _check_errors(errors)
     if loss is not None:
         _guarded(errors, "cannot report the loss", _report_loss, client, loss)
+    _at_step_mark(client)
     _guarded(errors, "cannot mark the step", client.set_step, iteration, graph_id)
     return StepScope(client, iteration, flush, errors)
 
@@ -170,6 +192,7 @@ def _steps(client: dumpd.Client, iterable: Iterable[_T], start: int, graph_id: i
            flush: bool, errors: str, loss: Optional[Callable[[], Any]]) -> Iterator[_T]:
     failed = False
     for iteration, item in enumerate(iterable, start):
+        _at_step_mark(client)
         if not failed:
             try:
                 client.set_step(iteration, graph_id)

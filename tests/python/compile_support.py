@@ -1,0 +1,44 @@
+"""What the torch.compile tests share: the skip under a torch without the dump point,
+dynamo's counters, and comparing a compiled run's tree with the eager one's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dumpd.torch import _compiled
+
+
+def require_compile() -> None:
+    """Skips the calling test module under a torch without torch.compile and custom ops
+    with effects (Debian's 1.13), saying where it runs."""
+    if _compiled.UNAVAILABLE is not None or not hasattr(torch, "compile"):
+        pytest.skip(f"no torch.compile dump point: "
+                    f"{_compiled.UNAVAILABLE or 'no torch.compile'} "
+                    "(run under the torch 2 environment: scripts/test-torch2)",
+                    allow_module_level=True)
+
+
+def counters():
+    from torch._dynamo.utils import counters as dynamo_counters
+    return dynamo_counters
+
+
+def fresh_counters() -> None:
+    torch._dynamo.reset()
+    counters().clear()
+
+
+def compiled_frames() -> int:
+    """Graphs dynamo compiled since fresh_counters()."""
+    return counters()["stats"]["unique_graphs"]
+
+
+def assert_same_tree(expected: dict, got: dict, rtol: float, atol: float) -> None:
+    """The same files (index_files keys), each with the same dtype, shape and values."""
+    assert expected and sorted(got) == sorted(expected), sorted(set(expected) ^ set(got))[:10]
+    for key, f in expected.items():
+        a, b = f.load(), got[key].load()
+        assert a.dtype == b.dtype and a.shape == b.shape, key
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol, err_msg=str(key))
