@@ -34,8 +34,12 @@ channels-last buffers, is copied through its strides in that one copy); with --d
 daemon_cpu_s_per_step the daemon's CPU time during the configuration's blocks and their
 flushes, per step (on two cores it competes with torch's two threads).
 
+--model convbn-cl trains ConvBnCnn instead (issue 49): three Conv2d + BatchNorm2d + ReLU
+stages in channels-last memory format, as vision models are trained, batch 32, 32x32.
+
     PYTHONPATH=build/python /var/cache/dumpd-reference/torch2/bin/python \
-        bench/compile_bench.py --socket S --dir D [--dumpd-pid PID] [--quick]
+        bench/compile_bench.py --socket S --dir D [--dumpd-pid PID] [--quick] \
+        [--model small|convbn-cl]
 """
 
 import argparse
@@ -70,17 +74,38 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def own_class(label):
+class ConvBnCnn(nn.Module):
+    """Conv2d -> BatchNorm2d -> ReLU three times (the third after a max pool), global
+    average pooling and a linear layer; run channels-last (model and input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1, self.r1 = nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU()
+        self.c2, self.b2, self.r2 = nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.c3, self.b3, self.r3 = nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()
+        self.gap, self.flat, self.fc = nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = self.r2(self.b2(self.c2(self.r1(self.b1(self.c1(x))))))
+        x = self.r3(self.b3(self.c3(self.pool(x))))
+        return self.fc(self.flat(self.gap(x)))
+
+
+MODELS = {"small": SmallCnn, "convbn-cl": ConvBnCnn}
+
+
+def own_class(label, base):
     """SmallCnn with a forward of its own code object: dynamo keeps compiled graphs per code
     object, so each configuration gets its own cache entries, as a model alone in its process
     would. With one shared forward, dynamo's hook guards (skip_nnmodule_hook_guards, on by
     default) do not tell a module without hooks from an attached one: an attached instance
     ran the graph compiled for an unattached instance, without its dump points, and wrote
     nothing (torch 2.15)."""
-    f = SmallCnn.forward
+    f = base.forward
     code = f.__code__.replace(co_name=f"forward_{label}")
     forward = types.FunctionType(code, f.__globals__, code.co_name, f.__defaults__, f.__closure__)
-    return type(f"SmallCnn_{label}", (SmallCnn,), {"forward": forward})
+    return type(f"{base.__name__}_{label}", (base,), {"forward": forward})
 
 
 class Config:
@@ -89,13 +114,16 @@ class Config:
     def __init__(self, args, mode, kind, selected):
         self.mode, self.kind = mode, kind
         torch.manual_seed(0)
-        self.model = own_class(f"{mode}_{kind}")()
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.model = own_class(f"{mode}_{kind}", MODELS[args.model])()
         self.x = torch.randn(BATCH, 3, 32, 32)
+        if args.model == "convbn-cl":
+            self.model = self.model.to(memory_format=torch.channels_last)
+            self.x = self.x.contiguous(memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
         self.y = torch.randint(0, 10, (BATCH,))
         self.client = self.handle = None
         if kind != "none":
-            config = job_config(Path(args.dir) / f"{mode}_{kind}", "SmallCnn")
+            config = job_config(Path(args.dir) / f"{mode}_{kind}", MODELS[args.model].__name__)
             common = config["common_dump_settings"]
             common["iteration"] = {"idle": "1000000", "statistic": "all",
                                    "full": "|".join(map(str, selected))}[kind]
@@ -187,7 +215,7 @@ def training(args):
         # Each round's figure against the reference's block of the same round: drift of the
         # machine between rounds cancels.
         ref_rounds = [statistics.median(b) for b in ref.blocks]
-        line = {"bench": "compile_step", "mode": c.mode, "config": c.kind, "batch": BATCH,
+        line = {"bench": "compile_step", "model": args.model, "mode": c.mode, "config": c.kind, "batch": BATCH,
                 "torch": torch.__version__, "threads": torch.get_num_threads(),
                 "rounds": rounds, "steps": rounds * per_block}
         if c.kind == "full":
@@ -223,6 +251,8 @@ def main():
     ap.add_argument("--socket", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--model", choices=sorted(MODELS), default="small",
+                    help="small: SmallCnn (row 11); convbn-cl: ConvBnCnn, channels-last")
     ap.add_argument("--dumpd-pid", type=int,
                     help="the daemon's pid: report its CPU time per step of each configuration")
     args = ap.parse_args()

@@ -134,6 +134,7 @@ def torch2_rows(row, results, bins, env, args, quick):
 
     python = str(Path(where("torch2")) / "bin" / "python")
     for script, extra in (("compile_bench.py", []),
+                          ("compile_bench.py", ["--model", "convbn-cl"]),
                           ("msprobe_torch_bench.py", ["--msprobe-site", where("msprobe")])):
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
             d = Daemon(str(bins / "dumpd"), work)
@@ -143,13 +144,14 @@ def torch2_rows(row, results, bins, env, args, quick):
                                         d.socket, "--dir", work, *pid, *extra, *quick], env=env)
             finally:
                 d.stop()
-        results[script.removesuffix(".py")] = lines
+        results.setdefault(script.removesuffix(".py"), []).extend(lines)
         for l in lines:
             if l["bench"] == "compile_step":
                 what = {"none": "undumped", "idle": "no iteration selected",
                         "statistic": "statistics every step",
                         "full": "one selected iteration in full"}[l["config"]]
-                row(f"11. {l['mode']} CNN step, {what}, vs {l['mode']} undumped", l["step_s"],
+                model = "CNN" if l.get("model", "small") == "small" else "channels-last Conv+BN CNN"
+                row(f"11. {l['mode']} {model} step, {what}, vs {l['mode']} undumped", l["step_s"],
                     l["reference_s"], l["ratio"], l["target"], "s/step")
             elif l["bench"] == "msprobe_torch" and l["config"] != "none":
                 row(f"12. CPU CNN step, {l['config']}, vs undumped", l["step_s"],
