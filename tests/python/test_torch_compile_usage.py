@@ -279,3 +279,31 @@ def test_a_compiled_training_step_keeps_and_writes_its_steps_on_an_inf(
     expected = run("eager", False)
     assert {k[0] for k in got} == {5, 6}
     assert_same_tree(expected, got, rtol=1e-4, atol=1e-5)
+
+
+def test_dump_calls_move_past_the_pointwise_ops_after_them() -> None:
+    """The joint-graph pass (dumpd/torch/_sink_pass.py): BatchNorm -> dump -> ReLU -> dump
+    -> convolution becomes BatchNorm -> ReLU -> dump -> dump -> convolution, the dump calls
+    in their order and each still reading its values, nothing moved past the convolution."""
+    from dumpd.torch import _sink_pass
+
+    aten = torch.ops.aten
+    with_effects = torch.ops.higher_order.with_effects
+    dump = torch.ops.dumpd.dump.default
+    import operator
+
+    g = torch.fx.Graph()
+    token, site, x, w = (g.placeholder(n) for n in ("token", "site", "x", "w"))
+    bn = g.call_function(aten.mul.Tensor, (x, 2.0))  # stands for the module's output
+    d1 = g.call_function(with_effects, (token, dump, site, [x], [bn], []))
+    t1 = g.call_function(operator.getitem, (d1, 0))
+    relu = g.call_function(aten.relu.default, (bn,))
+    d2 = g.call_function(with_effects, (t1, dump, site, [bn], [relu], []))
+    t2 = g.call_function(operator.getitem, (d2, 0))
+    conv = g.call_function(aten.convolution.default,
+                           (relu, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    g.output((t2, conv))
+    assert _sink_pass.sink_dump_calls(g) == 1
+    order = [n for n in g.nodes if n.op == "call_function"]
+    assert order == [bn, relu, d1, t1, d2, t2, conv], order
+    g.lint()  # every node after what it reads

@@ -44,7 +44,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from dumpd.torch import _graph_pass
+from dumpd.torch import _graph_pass, _sink_pass
 from dumpd.torch._items import LINKS
 from dumpd.torch._session import _Session
 
@@ -135,6 +135,7 @@ def recompile_with_hooks(model: torch.nn.Module) -> None:
     selections never recompile. It also installs inductor's pass that numbers the values dump
     points share (dumpd.torch._graph_pass), so those are dumped once."""
     _graph_pass.install()
+    _graph_pass.add_custom_pass(_sink_pass.PASS, "joint_custom_pre_pass")
     dynamo = getattr(torch, "_dynamo", None)
     config = getattr(dynamo, "config", None)
     if config is not None and getattr(config, "skip_nnmodule_hook_guards", False):

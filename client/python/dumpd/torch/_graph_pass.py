@@ -127,19 +127,29 @@ else:
 def install() -> bool:
     """Adds the pass to inductor's post-grad custom passes (keeping any the program set).
     False where this torch cannot take it beside another pass, or has no such hook."""
-    if PASS is None:
+    return add_custom_pass(PASS, "post_grad_custom_post_pass")
+
+
+def add_custom_pass(graph_pass: Any, attribute: str) -> bool:
+    """Adds `graph_pass` to inductor's custom passes named `attribute` (a config entry such
+    as "post_grad_custom_post_pass"), after any the program set. False where this torch has
+    no such entry, or takes one pass there and the program's own is set."""
+    if graph_pass is None:
         return False
     from torch._inductor import config
     from torch._inductor import custom_graph_pass
 
-    current = config.post_grad_custom_post_pass
-    if current is PASS or (isinstance(current, (list, tuple)) and any(p is PASS for p in current)):
+    if not hasattr(config, attribute):
+        return False
+    current = getattr(config, attribute)
+    if current is graph_pass or (isinstance(current, (list, tuple)) and
+                                 any(p is graph_pass for p in current)):
         return True
     if current is None:
-        config.post_grad_custom_post_pass = PASS
+        setattr(config, attribute, graph_pass)
         return True
     if not hasattr(custom_graph_pass, "get_custom_graph_passes"):
         return False  # an older torch takes one pass: the program's own stays
     passes = list(current) if isinstance(current, (list, tuple)) else [current]
-    config.post_grad_custom_post_pass = passes + [PASS]
+    setattr(config, attribute, passes + [graph_pass])
     return True
