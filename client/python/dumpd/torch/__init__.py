@@ -53,7 +53,7 @@ change in a parent's forward (``out += identity``) must be written out of place.
 
 Under ``torch.compile`` the hooks are traced: each puts a ``dumpd::dump`` custom op in the
 graph (dumpd/torch/_compiled.py), so nothing breaks the graph, and what is selected is
-decided when the op runs, never by a guard.
+decided when the op runs, never by a guard; blocks compiled one by one share their graphs.
 
 Dump once: within a step, a tensor dumped again unchanged (a module's output as the next
 module's input; same tensor object, same version counter) is sent as a reference to the
@@ -62,7 +62,12 @@ bypass the version counter: a model that changes a dumped tensor that way betwee
 its dumps in one step should use ``dumpd.Client(..., dump_once=False)``.
 
 Only leaf modules are hooked: work a non-leaf module does in its own ``forward`` (outside
-its children) is not dumped.
+its children) is not dumped. A module that never calls its leaves (``nn.MultiheadAttention``
+uses ``out_proj``'s weight itself) is dumped as a *unit* in a call where none of its hooked
+modules ran: its own inputs and outputs (dumpd/torch/_units.py; ``attach(units=...)`` names
+more). At the first step mark after the model ran, one RuntimeWarning names the hooked
+modules that did not run. A ``torch.compile`` wrapper is named as the module it wraps, so
+names do not depend on whether the model was compiled before or after attach().
 
 Errors: by default a DaemonError (daemon gone, session ended) raised in a hook propagates
 out of the model's forward or backward. ``attach(..., errors="warn")`` (and the same option
