@@ -228,7 +228,8 @@ def main():
         return producer(ap.parse_args(sys.argv[2:]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dumpd", required=True, help="the dumpd binary")
-    ap.add_argument("--raw-writer", help="a built bench/raw_writer (default: compile it)")
+    ap.add_argument("--raw-writer",
+                    help="a raw_writer binary built from bench/raw_writer.cc (default: compile it)")
     ap.add_argument("--ranks", default="1,2", help="comma-separated process counts")
     ap.add_argument("--sizes", default="16M,1M,4K", help="tensor sizes")
     ap.add_argument("--fs", default="tmpfs=/dev/shm,disk=/var/tmp",

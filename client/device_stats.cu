@@ -58,7 +58,7 @@ __device__ inline double infinity<double>() {
 }
 
 // One thread's running statistics over values of type V (float or double). The host's rules
-// (storage/statistics.cc): NaN never replaces max/min; it is counted.
+// (storage/format/statistics.cc): NaN never replaces max/min; it is counted.
 template <typename V>
 struct Running {
   V max = -infinity<V>();

@@ -1,5 +1,5 @@
 // `dumpctl convert IN [-o OUT]`: argument parsing, the output root, the summary line. The
-// conversion itself is tools/bin_convert.
+// conversion itself is tools/bin_convert.h.
 #include "dumpctl/convert_command.h"
 
 #include <filesystem>

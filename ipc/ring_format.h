@@ -1,5 +1,6 @@
 // The shared-memory ring's binary layout. Both processes map the same memfd; the layout is
-// pinned by tests/ipc/ring_format_test.cc, so any change here is a protocol change.
+// pinned by the static_asserts below and tests/ipc/ring_test.cc, so any change here is a protocol
+// change.
 //
 //   [0, 4096)           RingControl: identity + cache-line-separated atomics
 //   [4096, 4096 + cap)  data area: records, each 64-byte aligned, never straddling the end

@@ -1,6 +1,6 @@
-// Ascend bin files (storage/bin_file.h) to .npy files, as `msaccucmp convert` lays them out:
+// Ascend bin files (storage/format/bin_file.h) to .npy files, as `msaccucmp convert` lays them out:
 // one .npy per input and output, named "{bin file name}.{input|output}.{index}.{d0}x{d1}....npy",
-// holding exactly what dumpd's own .npy writer (storage/npy.h) writes for the same tensor
+// holding exactly what dumpd's own .npy writer (storage/format/npy.h) writes for the same tensor
 // (bfloat16 -> float32, int4 -> int8, uint1 -> uint8).
 #pragma once
 

@@ -31,8 +31,8 @@ using storage::CsvRecord;
 using storage::parseCsv;
 
 // The --map file: one "left name,right name" per line, an optional first line "left,right";
-// names are sanitised (storage/names.h). Errors (kNotFound / kIo / kInvalidArgument) name the
-// file and, for a malformed line, its number.
+// names are sanitised (storage/format/names.h). Errors (kNotFound / kIo / kInvalidArgument) name
+// the file and, for a malformed line, its number.
 using NameMap = std::unordered_map<std::string, std::string>;
 Status readNameMap(const std::string& path, NameMap& map);
 

@@ -1,5 +1,5 @@
 // What `dumpctl compare` found: one row per tensor pair (or unmatched tensor), in execution
-// order, and the summary. Produced by the comparison (tools/compare_command.cc), consumed by the
+// order, and the summary. Produced by the comparison (dumpctl/compare_command.cc), consumed by the
 // CSV writer, the terminal summary and the HTML report (tools/compare_report.h).
 #pragma once
 

@@ -15,7 +15,7 @@
 //   {op_type}.{op_name}.{task}.{stream}.{timestamp} (no extension). A name listed in the
 //   directory's mapping.csv ("<short>,<real>") is read as its real name. Other files are
 //   ignored.
-// * Op names are kept sanitised (storage/names.h), as in file names; statistic.csv's Op Name
+// * Op names are kept sanitised (storage/format/names.h), as in file names; statistic.csv's Op Name
 //   (sanitised in 2.6, the full name in 2.7) is sanitised before use.
 // * A statistic.csv row joins the tensor file with the same op name, task, stream, timestamp,
 //   io and slot; a row without one becomes a statistics-only entry.

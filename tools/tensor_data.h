@@ -44,7 +44,7 @@ using storage::TensorFileKind;
 class TensorData {
  public:
   // Opens `path`. For kBin, `dtype`, `elements`, `offset` and `size` say where the tensor lies
-  // in the file (from its header: see storage/bin_file.h); for npy they are ignored and the
+  // in the file (from its header: see storage/format/bin_file.h); for npy they are ignored and the
   // header decides. Errors name the path: unreadable, truncated, undecodable dtype.
   static Result<TensorData> open(TensorFileKind kind, const std::string& path, DType dtype = {},
                                  uint64_t elements = 0, uint64_t offset = 0, uint64_t size = 0);

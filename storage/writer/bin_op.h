@@ -1,4 +1,4 @@
-// One op execution as an Ascend bin file (storage/bin_file.h): the tensors that go in, their
+// One op execution as an Ascend bin file (storage/format/bin_file.h): the tensors that go in, their
 // bytes in file order (every input, then every output, each by slot) and the header. The bytes are
 // not copied: buffers() points into the tensors' own memory (the daemon's ring), so the file is one
 // writev of the header and the tensors.

@@ -1,5 +1,5 @@
 // file_format "bin": one op execution's selected tensors as one Ascend bin file
-// (storage/bin_op.h), through the payload gate, with their statistic.csv rows as for npy.
+// (storage/writer/bin_op.h), through the payload gate, with their statistic.csv rows as for npy.
 //
 // Thread-safety: const after construction; each thread builds its file in a buffer of its own.
 #pragma once

@@ -21,7 +21,7 @@ namespace dumpd::storage {
 namespace {
 
 // Publishes "not written" into the memos of op.tensors[from..] that are still open: a
-// repeat waiting on one of them must not wait forever (see storage/tensor_memo.h).
+// repeat waiting on one of them must not wait forever (see storage/writer/tensor_memo.h).
 void settleMemos(const OpRecord& op, size_t from, const std::string& why) {
   for (size_t i = from; i < op.tensors.size(); ++i) {
     if (op.tensors[i].memo != nullptr) op.tensors[i].memo->publish(MemoResult{false, why});

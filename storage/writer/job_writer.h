@@ -43,7 +43,7 @@ struct JobOptions {
   uint32_t max_open_directories = 64;
   // Dump once: hard links repeats make to one file in one step. Past it a repeat writes a new
   // first file (a copy, charged as a payload) that later repeats link to (see
-  // storage/tensor_memo.h). 0 is taken as 1.
+  // storage/writer/tensor_memo.h). 0 is taken as 1.
   uint32_t max_links_per_file = 1000;
   // The job's account (payload and journal bytes), shared with the job's other sessions
   // (null: this writer's own).
@@ -92,7 +92,7 @@ class JobWriter {
  public:
   // `fs` is the seam all file operations go through, rooted at the dump root (plan.path).
   // Writes .dump_metadata/data_dump.json and config.json under rank_{rank}/ (once).
-  // file_format "bin" writes one file per op execution (storage/bin_op.h) in place of the
+  // file_format "bin" writes one file per op execution (storage/writer/bin_op.h) in place of the
   // npy files; statistics rows, sampling, quota and overflow mode apply as for npy.
   static Result<std::unique_ptr<JobWriter>> create(std::shared_ptr<FileSystem> fs,
                                                    const config::DumpPlan& plan,

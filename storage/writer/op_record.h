@@ -25,7 +25,7 @@ struct TensorView {
   // Statistics the producer computed on its device (saved_data "statistic" only); `data` is
   // then empty. Not owned.
   const StatSums* sums = nullptr;
-  // Dump once (see storage/tensor_memo.h), not owned. `memo`: later tensors repeat this one;
+  // Dump once (see storage/writer/tensor_memo.h), not owned. `memo`: later tensors repeat this one;
   // the writer publishes what it did there. `same_as`: this tensor repeats that one (`data`
   // empty, `sums` null); its file and row are made from that tensor's (the writer claims a
   // link to its file there: TensorMemo::claimLink).

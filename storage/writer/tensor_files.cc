@@ -264,7 +264,7 @@ Status TensorFiles::writeRepeat(DirLease& lease, OpRows& rows, const OpRecord& o
 // A repeat's file: a hard link of the memo's link source, charged nothing. When that file has
 // max_links_per_file links already, or the file system refuses the link, a new first file: a
 // copy that passes the payload gate (quota, free space) like any payload and becomes the link
-// source of later repeats (storage/tensor_memo.h). Returns false when the gate dropped it.
+// source of later repeats (storage/writer/tensor_memo.h). Returns false when the gate dropped it.
 // `memo` (optional) receives the file published.
 Result<bool> TensorFiles::writeRepeatFile(DirLease& lease, const OpRecord& op, const TensorView& t,
                                           uint64_t timestamp, OpOutcome& outcome,

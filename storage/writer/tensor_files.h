@@ -1,7 +1,7 @@
 // One job's tensors as npy files and statistic.csv rows (file_format "npy"): a tensor's
 // payload file (through the payload gate), a repeat's hard link or new first file (dump
-// once, see storage/tensor_memo.h), and each tensor's row, gathered per op (OpRows) for the
-// writer to append in ticket order. The bin path (storage/bin_op_writer.h) shares the rows
+// once, see storage/writer/tensor_memo.h), and each tensor's row, gathered per op (OpRows) for the
+// writer to append in ticket order. The bin path (storage/writer/bin_op_writer.h) shares the rows
 // and the counting.
 //
 // Thread-safety: const after construction; the members it points to are thread-safe.

@@ -103,7 +103,7 @@ std::string expectedNpy(DType dtype, const std::vector<int64_t>& shape, const st
   return memory.readFile("x.npy").value_or("");
 }
 
-// An .npy split into its header dict and its data, read independently of storage/npy.
+// An .npy split into its header dict and its data, read independently of storage/format/npy.h.
 struct NpyParts {
   std::string dict;
   std::string data;

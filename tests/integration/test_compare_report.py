@@ -112,7 +112,7 @@ def test_the_report_renders_in_chromium_and_names_the_diverging_op(workdir):
     report = workdir / "report.html"
     out = subprocess.run([DUMPCTL, "compare", str(left), str(right), "--html", str(report), "-q"],
                          capture_output=True, text=True, timeout=120)
-    # Exit code 1: some pair failed the thresholds (tools/compare_command.h).
+    # Exit code 1: some pair failed the thresholds (dumpctl/compare_command.h).
     assert out.returncode == 1, f"rc={out.returncode}\n{out.stdout}\n{out.stderr}"
     page = report.read_text(encoding="utf-8")
     assert "<script" not in page.lower() and "http:" not in page and "https:" not in page

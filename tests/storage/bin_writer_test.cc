@@ -1,5 +1,5 @@
 // file_format "bin" through JobWriter (one Ascend bin file per op execution) and the bin file
-// codec of storage/bin_file.h. The Python side (tests/integration/test_bin.py) reads the
+// codec of storage/format/bin_file.h. The Python side (tests/python/test_bin.py) reads the
 // daemon's files with an independent reader.
 #include <gtest/gtest.h>
 

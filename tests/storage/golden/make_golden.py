@@ -23,7 +23,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 TS = 1700000000000000  # every tensor gets TS + its index: per-tensor timestamps
 
-# MindSpore's own system-test vectors (tests/st/dump): the spec example (Add of two 2x3
+# MindSpore's own system-test vectors (mindspore/tests/st/dump): the spec example (Add of two 2x3
 # float32 tensors) and test_e2e_statistic's second step; the expected rows are checked below.
 SPEC_X = [[1, 2, 3], [4, 5, 6]]
 SPEC_Y = [[7, 8, 9], [10, 11, 12]]
