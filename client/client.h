@@ -223,9 +223,9 @@ class Client {
   uint32_t rank() const;
   uint32_t device() const;
 
-  struct Impl;
-
  private:
+  struct Impl;  // client/client_impl.h
+
   explicit Client(std::unique_ptr<Impl> impl);
   Result<Reservation> reserve(const OpCall& op, bool dump_once);
   std::unique_ptr<Impl> impl_;

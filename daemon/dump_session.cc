@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/log_escape.h"
-#include "daemon/server.h"
+#include "daemon/worker_priority.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 

@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "base/mutex.h"
-#include "daemon/flight_recorder.h"
+#include "daemon/trigger_outcome.h"
 
 namespace dumpd::daemon {
 

@@ -32,10 +32,6 @@ namespace dumpd::daemon {
 
 class Connection;
 
-// Applies a worker scheduling policy to the calling thread: SCHED_IDLE (`idle`, the
-// settings' worker_priority "idle") or SCHED_OTHER.
-void applyWorkerPriority(bool idle);
-
 // Bound on a status reply (the wire allows 16 MiB; everyone's `dumpctl status` must work).
 inline constexpr size_t kMaxStatusReplyBytes = 4u << 20;
 

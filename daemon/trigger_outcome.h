@@ -13,9 +13,56 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/flight_recorder.h"
+#include <vector>
+
+#include "config/flight_recorder.h"
 
 namespace dumpd::daemon {
+
+// Why a trigger fired; the drain adds what it wrote and journals it (triggers.jsonl).
+struct TriggerEvent {
+  config::RecorderTrigger kind = config::RecorderTrigger::kManual;
+  uint32_t iteration = 0;      // the iteration it fired during
+  std::string reason;          // manual: the caller's text; others: a description
+  std::string op_name;         // nan/inf: the first offending op in execution order
+  std::string tensor;          // nan/inf: "output 0"
+  std::vector<double> losses;  // loss_spike: the window, oldest first, the new loss last
+  // What it wrote, known when its last iteration is done (daemon/trigger_outcome.h): the
+  // iteration directories written, oldest first; the iterations it was to write but did not
+  // (ranges), and those written in part, with why.
+  struct NotWritten {
+    uint32_t first = 0;
+    uint32_t last = 0;
+    std::string why;
+  };
+  struct NotWhole {
+    uint32_t iteration = 0;
+    std::string why;
+  };
+  std::vector<uint32_t> written;
+  std::vector<NotWritten> not_written;
+  std::vector<NotWhole> not_whole;
+  // Whatever fired: the first NaN or infinity in the kept iterations (oldest first, records in
+  // the job's order), where the user looks next. Known when the recorder checks values (a
+  // "nan" or "inf" trigger configured).
+  struct NonFinite {
+    uint32_t iteration = 0;
+    std::string op_name;
+    std::string tensor;  // "output 0"
+    bool nan = true;     // else an infinity
+  };
+  std::optional<NonFinite> first_nonfinite;
+  // Tensors the client kept on its device that never reached the host (crash: the device
+  // memory went with the process; or the snapshot was given up for staging space).
+  uint64_t device_tensors_lost = 0;
+
+  // One line of triggers.jsonl (without the newline). `time_us`: wall clock.
+  std::string toJsonLine(uint64_t time_us, uint32_t rank) const;
+  // "nan at iteration 17: Default/Mul-op3 output 0"
+  std::string summary() const;
+  // "wrote iterations 7-9; not written: 10 (the job closed its session first)"
+  std::string outcomeSummary() const;
+};
 
 class TriggerOutcome {
  public:
