@@ -5,21 +5,11 @@
 
 #include "base/utf8.h"
 #include "client/client_impl.h"
+#include "client/op_plan.h"
 #include "client/strided_copy.h"
 
 namespace dumpd::client {
 namespace {
-
-// complex64/complex128 have no statistics row: their bytes go to the daemon as they are.
-bool hasValueStatistics(DType dtype) {
-  return dtype != DType::kComplex64 && dtype != DType::kComplex128;
-}
-
-// A host tensor whose strides are not the C-ordered ones: copied with copyStrided.
-bool isStrided(const Tensor& t) {
-  return !t.strides.empty() && t.strides.size() == t.shape.size() &&
-         !isCContiguous(t.shape, t.strides, dtypeSize(t.dtype));
-}
 
 uint64_t nowMicros() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -110,74 +100,28 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
     m.stats.tensors_filtered += op.tensors.size();
     return res;
   }
-  m.specs.clear();
-  m.selected.clear();
   m.same_refs.clear();
   m.memo_specs.clear();
-  const bool defer = m.defersOp(op);
+  OpPlanSettings settings;
+  settings.want_inputs = m.filter->ioSelected(Io::kInput);
+  settings.want_outputs = m.filter->ioSelected(Io::kOutput);
+  settings.device_statistics = m.device_statistics;
+  settings.defer = m.defersOp(op);
+  settings.timestamp_us = nowMicros();
+  const Status planned = planOp(op, settings, m.op);
+  m.stats.tensors_filtered += m.op.filtered;
+  if (!planned) return planned.error();
   // Not in overflow mode: there the daemon decides per op from the bytes whether to write.
   // A bin file holds its op's own bytes: there is no file to link a repeat to.
-  dump_once = dump_once && m.options.dump_once && m.plan.op_debug_mode != 3 &&
+  dump_once = dump_once && m.options.dump_once && !m.plan.overflowDump() &&
               m.plan.file_format != config::FileFormat::kBin;
-  const uint64_t ts = nowMicros();
   uint64_t payload_bytes = 0;
-  for (const Tensor& t : op.tensors) {
-    if (!m.filter->ioSelected(t.io)) {
-      ++m.stats.tensors_filtered;
-      continue;
-    }
-    const auto elements = elementCount(t.shape);
-    if (!elements) {
-      return makeError(ErrorCode::kInvalidArgument,
-                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
-                           ": a dimension is negative or the shape has more than 2^56 elements");
-    }
-    const uint64_t want = sourceBytes(t.dtype, *elements);
-    if (t.bytes != want) {
-      return makeError(ErrorCode::kInvalidArgument,
-                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
-                           ": " + std::to_string(t.bytes) + " bytes given, shape and " +
-                           std::string(dtypeName(t.dtype)) + " need " + std::to_string(want));
-    }
-    if (!t.strides.empty() && t.strides.size() != t.shape.size()) {
-      return makeError(ErrorCode::kInvalidArgument,
-                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
-                           ": " + std::to_string(t.strides.size()) + " strides given for " +
-                           std::to_string(t.shape.size()) + " dimensions");
-    }
-    const bool strided = isStrided(t);
-    if (strided && (t.memory != Memory::kHost || dtypeSize(t.dtype) == 0)) {
-      return makeError(ErrorCode::kInvalidArgument,
-                       "tensor slot " + std::to_string(t.slot) + " of " + std::string(op.op_name) +
-                           ": strides are for host tensors of whole-byte elements; make this " +
-                           std::string(dtypeName(t.dtype)) + " tensor contiguous first");
-    }
-    ipc::TensorSpec s;
-    s.io = static_cast<uint8_t>(t.io);
-    s.dtype = static_cast<uint8_t>(t.dtype);
-    s.slot = t.slot;
-    s.shape = t.shape;
-    s.format = t.format;
-    s.timestamp_us = ts;
-    s.data_bytes = t.bytes;
-    if (m.device_statistics && t.memory == Memory::kCuda && t.bytes != 0 &&
-        hasValueStatistics(t.dtype)) {
-      // Only the statistics cross to the host: computed on the device by the pipeline.
-      s.payload = ipc::PayloadKind::kStatistics;
-      s.data_bytes = sizeof(ipc::StatsPayload);
-    } else if (defer && t.memory == Memory::kCuda && t.bytes != 0) {
-      // Kept on the device by the flight recorder: its statistics now, its bytes on a fetch.
-      // A dump-once source like any other (a repeat becomes a reference below and takes no
-      // snapshot); should its bytes never arrive, the daemon fails its repeats with it.
-      s.payload = ipc::PayloadKind::kDeferred;
-      s.data_bytes = ipc::kDeferredHeaderBytes + t.bytes;
-    }
-    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(t, s);
-    m.specs.push_back(s);
-    m.selected.push_back(&t);
-    payload_bytes += s.data_bytes;
+  for (size_t i = 0; i < m.op.specs.size(); ++i) {
+    const Tensor& t = *m.op.selected[i];
+    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(i);
+    payload_bytes += m.op.specs[i].data_bytes;
   }
-  if (m.specs.empty()) return res;
+  if (m.op.specs.empty()) return res;
   ipc::OpSpec spec;
   spec.graph_id = m.graph_id;
   spec.iteration = m.iteration;
@@ -186,21 +130,21 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   spec.flags = op.marked ? ipc::kOpMarked : 0;
   spec.op_type = op.op_type;
   spec.op_name = op.op_name;
-  spec.tensors = m.specs;
+  spec.tensors = m.op.specs;
   if (Status s = ipc::checkOpSpec(spec); !s) return s.error();
   const uint64_t body = ipc::opBodyBytes(spec);
   auto p = m.reserve(ipc::RecordKind::kOp, body, /*may_drop=*/true);
   if (!p) return p.error();
   if (p.value() == nullptr) {
-    m.stats.tensors_dropped += m.specs.size();
+    m.stats.tensors_dropped += m.op.specs.size();
     ++m.stats.records_dropped;
     auto* ctl = m.ring->control();
     // Relaxed: informational counters the daemon reads for status.
     ctl->dropped_records.fetch_add(1, std::memory_order_relaxed);
-    ctl->dropped_tensors.fetch_add(m.specs.size(), std::memory_order_relaxed);
+    ctl->dropped_tensors.fetch_add(m.op.specs.size(), std::memory_order_relaxed);
     return res;
   }
-  m.payloads.resize(m.specs.size());
+  m.payloads.resize(m.op.specs.size());
   ipc::writeOpDescriptors(p.value(), spec, m.payloads);
   const uint64_t sequence = m.ring->reservedSequence();
   for (const Impl::SameRef& r : m.same_refs) {
@@ -209,14 +153,14 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
     std::memcpy(m.payloads[r.spec], &same, sizeof same);
   }
   for (size_t i : m.memo_specs) {
-    m.once.remember(*m.selected[i], {sequence, static_cast<uint32_t>(i)});
+    m.once.remember(*m.op.selected[i], {sequence, static_cast<uint32_t>(i)});
   }
   m.stats.tensors_deduplicated += m.same_refs.size();
-  res.payloads_.resize(m.specs.size());
-  for (size_t i = 0; i < m.specs.size(); ++i) {
-    res.payloads_[i] = std::span<std::byte>(m.payloads[i], m.specs[i].data_bytes);
+  res.payloads_.resize(m.op.specs.size());
+  for (size_t i = 0; i < m.op.specs.size(); ++i) {
+    res.payloads_[i] = std::span<std::byte>(m.payloads[i], m.op.specs[i].data_bytes);
   }
-  res.tensors_ = static_cast<uint32_t>(m.specs.size());
+  res.tensors_ = static_cast<uint32_t>(m.op.specs.size());
   res.bytes_ = payload_bytes;
   res.active_ = true;
   return res;
@@ -255,22 +199,22 @@ Result<bool> Client::dumpOp(const OpCall& op) {
   if (device.value() >= 0) {
     if (Status s = m.ensurePipeline(); !s) return s.error();
   }
-  // reserve() fills m.payloads in the order of m.selected.
+  // reserve() fills m.payloads in the order of m.op.selected.
   auto r = reserve(op, /*dump_once=*/true);
   if (!r) return r.error();
   Reservation& res = r.value();
   if (!res.active()) return false;
   m.device_copies.clear();
-  for (size_t i = 0; i < m.selected.size(); ++i) {
-    const Tensor* t = m.selected[i];
-    if (t->bytes == 0 || m.specs[i].payload == ipc::PayloadKind::kSame) continue;
+  for (size_t i = 0; i < m.op.selected.size(); ++i) {
+    const Tensor* t = m.op.selected[i];
+    if (t->bytes == 0 || m.op.specs[i].payload == ipc::PayloadKind::kSame) continue;
     if (t->memory == Memory::kCuda) {
       DeviceCopy c{m.payloads[i], t->data, t->bytes};
-      if (m.specs[i].payload == ipc::PayloadKind::kStatistics) {
+      if (m.op.specs[i].payload == ipc::PayloadKind::kStatistics) {
         c.statistics = true;
         c.dtype = t->dtype;
         c.elements = elementCount(t->shape).value_or(0);
-      } else if (m.specs[i].payload == ipc::PayloadKind::kDeferred) {
+      } else if (m.op.specs[i].payload == ipc::PayloadKind::kDeferred) {
         // State "on the device" until the pipeline says otherwise; the kernel writes the
         // statistics after this.
         std::memset(m.payloads[i], 0, ipc::kDeferredHeaderBytes);

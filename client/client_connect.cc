@@ -11,6 +11,7 @@
 #include "base/utf8.h"
 #include "base/version.h"
 #include "client/client_impl.h"
+#include "ipc/backpressure_wire.h"
 #include "ipc/socket_path.h"
 
 namespace dumpd::client {
@@ -147,9 +148,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
     hello->set_ms_diagnostic_data_path(d);
   }
   if (options.backpressure) {
-    hello->set_backpressure(*options.backpressure == ipc::Backpressure::kDrop
-                                ? v1::BACKPRESSURE_DROP
-                                : v1::BACKPRESSURE_BLOCK);
+    hello->set_backpressure(ipc::backpressureToWire(*options.backpressure));
   }
   const int fds[2] = {impl->ring->memfd(), root.get()};
   if (Status s = ipc::sendFrame(impl->sock.get(), hello_env, fds); !s) return s.error();
@@ -163,8 +162,9 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
   }
   const v1::Welcome& w = reply->welcome();
   impl->session_id = w.session_id();
-  impl->backpressure = w.backpressure() == v1::BACKPRESSURE_DROP ? ipc::Backpressure::kDrop
-                                                                 : ipc::Backpressure::kBlock;
+  // The daemon always names one; an unknown value (a newer daemon) waits, the safe choice.
+  impl->backpressure =
+      ipc::backpressureFromWire(w.backpressure()).value_or(ipc::Backpressure::kBlock);
   impl->block_timeout_ms = w.block_timeout_ms() == 0 ? -1 : static_cast<int>(w.block_timeout_ms());
   impl->options = std::move(options);
   impl->stats.ring_capacity = impl->ring->capacity();

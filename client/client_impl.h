@@ -17,8 +17,10 @@
 #include "client/client.h"
 #include "client/device_pipeline.h"
 #include "client/dump_once.h"
+#include "client/op_plan.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
+#include "ipc/control_codec.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 #include "ipc/shm_ring.h"
@@ -62,8 +64,7 @@ struct Client::Impl {
   uint64_t flush_token = 0;
   Stats stats;
   // Reused per call so the hot path does not allocate once warm.
-  std::vector<ipc::TensorSpec> specs;
-  std::vector<const Tensor*> selected;
+  OpPlan op;  // the op reserve() is writing: what Client::dumpOp then copies
   std::vector<std::byte*> payloads;
   std::vector<int64_t> shape_scratch;
   std::vector<DeviceCopy> device_copies;
@@ -116,20 +117,24 @@ struct Client::Impl {
 
   // Dump once: makes `s`, the spec of `t` about to be appended to `specs`, a reference when
   // `t` repeats a tensor sent this step or earlier in this op; else flags it to be remembered.
-  void markRepeat(const Tensor& t, ipc::TensorSpec& s) {
+  // Spec i of the op being reserved, a dump-once source: a reference to the same tensor
+  // already in the ring (or earlier in this op), or remembered for later ones.
+  void markRepeat(size_t i) {
+    const Tensor& t = *op.selected[i];
+    ipc::TensorSpec& s = op.specs[i];
     std::optional<DumpOnceTable::Ref> target = once.find(t);
     for (size_t j = 0; !target && j < memo_specs.size(); ++j) {  // twice in one op: x + x
-      if (DumpOnceTable::sameTensor(*selected[memo_specs[j]], t)) {
+      if (DumpOnceTable::sameTensor(*op.selected[memo_specs[j]], t)) {
         target = DumpOnceTable::Ref{0, static_cast<uint32_t>(memo_specs[j])};
       }
     }
     if (target) {
       s.payload = ipc::PayloadKind::kSame;
       s.data_bytes = sizeof(ipc::SamePayload);
-      same_refs.push_back({specs.size(), *target});
+      same_refs.push_back({i, *target});
     } else if (once.canRemember(memo_specs.size())) {
       s.memo = true;
-      memo_specs.push_back(specs.size());
+      memo_specs.push_back(i);
     }
   }
 
@@ -265,22 +270,17 @@ struct Client::Impl {
       if (Status s = ensurePipeline(); !s) return s;
     }
     const uint64_t ctl_bytes = ctl.ByteSizeLong();
-    const uint64_t payload_off = ipc::alignUp(8 + ctl_bytes, 8);
-    const uint64_t body = payload_off + payload_bytes;
-    auto r = reserve(ipc::RecordKind::kControl, body, /*may_drop=*/false);
+    auto r = reserve(ipc::RecordKind::kControl, ipc::controlBodyBytes(ctl_bytes, payload_bytes),
+                     /*may_drop=*/false);
     if (!r) return r.error();
-    std::byte* p = r.value();
-    const uint32_t len = static_cast<uint32_t>(ctl_bytes);
-    std::memcpy(p, &len, 4);
-    std::memset(p + 4, 0, 4);
-    ctl.SerializeToArray(p + 8, static_cast<int>(ctl_bytes));
+    std::byte* const to = ipc::writeControl(r.value(), ctl, ctl_bytes);
     ++stats.records_committed;
     if (device_payload != nullptr && payload_bytes != 0) {
-      const DeviceCopy copy{p + payload_off, payload, payload_bytes};
+      const DeviceCopy copy{to, payload, payload_bytes};
       return pipeline->submit(ring->reservedSequence(), device_payload->device, nullptr,
                               std::span(&copy, 1), 1);
     }
-    if (payload_bytes != 0) std::memcpy(p + payload_off, payload, payload_bytes);
+    if (payload_bytes != 0) std::memcpy(to, payload, payload_bytes);
     ring->commit();
     return {};
   }

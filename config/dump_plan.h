@@ -69,7 +69,9 @@ struct DumpPlan {
   // from this plan does not compile every pattern a second time. Shared, immutable.
   std::shared_ptr<const KernelMatcher> compiled_kernels;
   std::vector<uint32_t> support_device;
-  uint32_t op_debug_mode = 0;    // 0, 3 or 4 (1 and 2 become 3)
+  uint32_t op_debug_mode = 0;  // 0, 3 or 4 (1 and 2 become 3)
+  // op_debug_mode 3: only ops that overflowed are written (their inputs and outputs).
+  bool overflowDump() const { return op_debug_mode == 3; }
   uint32_t overflow_number = 0;  // 0 = no limit
   SavedData saved_data = SavedData::kTensor;
   std::vector<StatCategory> statistic_category;  // normalised, de-duplicated, config order

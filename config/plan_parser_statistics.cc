@@ -67,7 +67,7 @@ Status PlanParser::parseFileFormat(const json& common) {
 Status PlanParser::parseOverflowNumber(const json& common) {
   auto it = common.find("overflow_number");
   if (it == common.end()) return {};
-  if (plan_.op_debug_mode != 3) {
+  if (!plan_.overflowDump()) {
     return invalid(
         "overflow_number only need to be set when op_debug_mode is 3. (got overflow_number: " +
         describe(*it) + " with op_debug_mode: " + std::to_string(plan_.op_debug_mode) + ")");

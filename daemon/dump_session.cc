@@ -11,6 +11,7 @@
 
 #include "daemon/log_escape.h"
 #include "daemon/worker_priority.h"
+#include "ipc/backpressure_wire.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 
@@ -103,7 +104,9 @@ void DumpSession::run() {
     takeOperatorRequests();  // journal lines and a trigger that came at the very end
     const bool shutdown = shutdown_.load();
     const bool lost = producer_lost_.load() || (producerExited() && !goodbye_.load());
-    drain_->finish(/*producer_lost=*/lost && !shutdown, /*may_fire=*/!shutdown);
+    drain_->finish(shutdown ? RingDrain::SessionEnd::kShutdown
+                   : lost   ? RingDrain::SessionEnd::kProducerLost
+                            : RingDrain::SessionEnd::kClosed);
     const DrainCounters& c = drain_->counters();
     spdlog::info("session {}: closed; {} tensors written ({} bytes), {} dropped, {} write errors",
                  id_, c.tensors_written.load(), c.bytes_written.load(),
@@ -143,9 +146,8 @@ bool DumpSession::setUp() {
     failSetup(wireCode(writer.error().code), writer.error().message);
     return false;
   }
-  ipc::Backpressure bp = ctx_.settings.backpressure;
-  if (hello_.backpressure() == v1::BACKPRESSURE_BLOCK) bp = ipc::Backpressure::kBlock;
-  if (hello_.backpressure() == v1::BACKPRESSURE_DROP) bp = ipc::Backpressure::kDrop;
+  const ipc::Backpressure bp =
+      ipc::backpressureFromWire(hello_.backpressure()).value_or(ctx_.settings.backpressure);
 
   auto info = std::make_shared<Info>();
   info->net_name = p.plan.net_name;
@@ -160,8 +162,7 @@ bool DumpSession::setUp() {
   w->set_session_id(id_);
   w->set_protocol_major(ipc::kProtocolMajor);
   w->set_protocol_minor(ipc::kProtocolMinor);
-  w->set_backpressure(bp == ipc::Backpressure::kDrop ? v1::BACKPRESSURE_DROP
-                                                     : v1::BACKPRESSURE_BLOCK);
+  w->set_backpressure(ipc::backpressureToWire(bp));
   w->set_dump_root(p.plan.path);
   w->set_block_timeout_ms(ctx_.settings.block_timeout_ms);
   v1::Limits* l = w->mutable_limits();

@@ -161,7 +161,7 @@ bool RingDrain::handleOp(const ipc::RingConsumer::Record& r) {
     const bool sums = t.payload == ipc::PayloadKind::kStatistics;
     const bool repeat = t.payload == ipc::PayloadKind::kSame;
     const bool deferred = t.payload == ipc::PayloadKind::kDeferred;
-    if (repeat && plan_.op_debug_mode == 3) {
+    if (repeat && plan_.overflowDump()) {
       return fail("record " + std::to_string(r.sequence) + ": a tensor of " +
                   std::string(op.opName()) +
                   " repeats an earlier one, but overflow mode needs every tensor's bytes");
@@ -414,7 +414,9 @@ void RingDrain::publishSnapshot() {
   snapshot_.store(std::move(snap));
 }
 
-void RingDrain::finish(bool producer_lost, bool may_fire) {
+void RingDrain::finish(SessionEnd end) {
+  const bool producer_lost = end == SessionEnd::kProducerLost;
+  const bool may_fire = end != SessionEnd::kShutdown;
   release_.waitIdle();
   if (recorder_ && may_fire) {
     checkNonFinite(step_iteration_);

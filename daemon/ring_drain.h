@@ -77,11 +77,15 @@ class RingDrain : public std::enable_shared_from_this<RingDrain> {
   // Handles one record. False when the session must end: error() says why (a corrupt record
   // is the client's fault and ends only its own session).
   bool handle(const ipc::RingConsumer::Record& r);
+  // How a session ended, as finish() needs it.
+  enum class SessionEnd {
+    kClosed,        // the job closed its session (Goodbye, or its ring ran dry after one)
+    kProducerLost,  // the client went away without closing it (killed, crashed): the flight
+                    // recorder's "crash" trigger writes what it keeps first
+    kShutdown,      // dumpd is stopping: no trigger fires; what is kept is released
+  };
   // Waits for every record in flight, completes the open iterations, logs the unused kernels.
-  // `producer_lost`: the client went away without closing the session (killed, crashed):
-  // the flight recorder's "crash" trigger writes what it keeps first.
-  // `may_fire` false (dumpd is shutting down): no trigger fires; what is kept is released.
-  void finish(bool producer_lost = false, bool may_fire = true);
+  void finish(SessionEnd end = SessionEnd::kClosed);
   // Flight recorder (session thread). Whether it keeps records the ring needs for a producer
   // that waits for space (the drain loop then asks to be woken for that, and frees them).
   // The flight recorder stopped for good (max_triggers). Any thread.

@@ -13,20 +13,16 @@
 #include "daemon/clock.h"
 #include "daemon/log_escape.h"
 #include "daemon/ring_drain.h"
+#include "ipc/control_codec.h"
 #include "ipc/proto_utf8.h"
 
 namespace dumpd::daemon {
 bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
-  if (r.body_bytes < 8) return fail("control record shorter than 8 bytes");
-  uint32_t len = 0;
-  std::memcpy(&len, r.body, 4);
-  if (len > r.body_bytes - 8) return fail("control message runs past its record");
-  if (len > static_cast<uint32_t>(INT32_MAX)) return fail("control message larger than 2 GiB");
+  auto view = ipc::readControl(std::span<const std::byte>(r.body, r.body_bytes));
+  if (!view) return fail(view.error().message);
   v1::Control ctl;
-  if (!ctl.ParseFromArray(r.body + 8, static_cast<int>(len))) {
-    const std::string field =
-        ipc::invalidUtf8Field(ipc::WireMessage::kControl,
-                              std::string_view(reinterpret_cast<const char*>(r.body) + 8, len));
+  if (!ctl.ParseFromArray(view->message.data(), static_cast<int>(view->message.size()))) {
+    const std::string field = ipc::invalidUtf8Field(ipc::WireMessage::kControl, view->message);
     if (field.empty()) return fail("control record does not parse");
     // Text the client did not make UTF-8 (an older client cut a reason inside a character):
     // the record is skipped with a warning naming the field; the session goes on.
@@ -37,7 +33,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
     release_.push(r.end, r.sequence, true);
     return true;
   }
-  const uint64_t payload_off = ipc::alignUp(8 + uint64_t{len}, 8);
+  const std::optional<std::span<const std::byte>> payload = view->payload;
   Status st;
   switch (ctl.msg_case()) {
     case v1::Control::kStep: {
@@ -87,8 +83,8 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       const auto elements =
           dtype_ok && shape.size() <= ipc::kMaxDims ? elementCount(shape) : std::nullopt;
       const auto dtype = static_cast<DType>(c.dtype());
-      if (!elements || sourceBytes(dtype, *elements) != c.data_bytes() ||
-          payload_off > r.body_bytes || c.data_bytes() > r.body_bytes - payload_off) {
+      if (!elements || sourceBytes(dtype, *elements) != c.data_bytes() || !payload ||
+          c.data_bytes() > payload->size()) {
         return fail("constant " + c.data_id() + " has an inconsistent shape or size");
       }
       if (filter_.deviceSelected(device_)) {
@@ -97,7 +93,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
         v.dtype = dtype;
         v.shape = shape;
         v.timestamp_us = c.timestamp_us();
-        v.data = std::span<const std::byte>(r.body + payload_off, c.data_bytes());
+        v.data = payload->first(c.data_bytes());
         st = writer_->writeConstant(c.graph_id(), c.data_id(), v);
         if (st) counters_.tensors_written.fetch_add(1, std::memory_order_relaxed);
       }

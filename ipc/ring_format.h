@@ -95,7 +95,7 @@ static_assert(offsetof(RingControl, fetch_from_sequence) == 520);
 enum class RecordKind : uint16_t {
   kPad = 1,      // skip to the start of the data area (wrap-around filler)
   kOp = 2,       // one op execution: OpHeader, names, TensorDescs, payloads
-  kControl = 3,  // u32 length + serialized dumpd.v1.Control (+ constant payload)
+  kControl = 3,  // a dumpd.v1.Control and its payload: ipc/control_codec.h
   kVoid = 4,     // a reserved record the client could not fill: u32 count of tensors lost
 };
 

@@ -185,7 +185,7 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
     }
     counts[i] = n.value();
     any_selected |= ioSelected(plan.input_output, t.io) && counts[i] != 0;
-    if (plan.op_debug_mode == 3 && t.io == Io::kOutput) {
+    if (plan.overflowDump() && t.io == Io::kOutput) {
       // Each count alone: forged counts must not sum (wrap) to zero.
       overflow = overflow || (t.sums != nullptr ? t.sums->nan != 0 || t.sums->negative_inf != 0 ||
                                                       t.sums->positive_inf != 0
@@ -194,7 +194,7 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
   }
   OpOutcome outcome;
   // Overflow dump: only op executions with an inf/NaN output, the first overflow_number.
-  if (!any_selected || (plan.op_debug_mode == 3 && !overflow)) {
+  if (!any_selected || (plan.overflowDump() && !overflow)) {
     settleMemos(op, 0, "its op was not dumped (input_output, empty, or no overflow)");
     for (size_t i = 0; i < op.tensors.size(); ++i) {
       outcome.tensors_skipped += ioSelected(plan.input_output, op.tensors[i].io) ? 1 : 0;
@@ -215,7 +215,7 @@ Result<OpOutcome> JobWriter::Impl::writeOpTensors(const OpRecord& op, OpOutcome*
   DirState& dir = lease.value().state();
   rows.dir = lease.value().sharedState();
 
-  if (plan.op_debug_mode == 3) {
+  if (plan.overflowDump()) {
     // Relaxed: a counter; which op gets which index orders nothing else.
     const uint32_t index = overflow_ops.fetch_add(1, std::memory_order_relaxed);
     if (plan.overflow_number != 0 && index >= plan.overflow_number) {

@@ -154,7 +154,7 @@ TEST_F(RingDrainTest, RecordedIterationsAreKeptInTheRingButSettled) {
   EXPECT_GT(st.kept_bytes(), 0u);
 
   // Ending without a trigger writes nothing and gives the ring back.
-  d->finish(/*producer_lost=*/false);
+  d->finish(RingDrain::SessionEnd::kClosed);
   EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
   EXPECT_FALSE(fs_->exists("rank_0/.dump_metadata/triggers.jsonl"));
   EXPECT_EQ(d->doneSequence(), b);
@@ -382,7 +382,7 @@ TEST_F(RingDrainTest, ALostProducerWritesTheKeptIterationsAsACrash) {
   ring_.step(0, 2);
   const uint64_t b = ring_.op("b", 2, {2.0f});
   ASSERT_TRUE(drainAll(*d));
-  d->finish(/*producer_lost=*/true);
+  d->finish(RingDrain::SessionEnd::kProducerLost);
   EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/1"),
             (std::vector<std::string>{npyName("a", a), "statistic.csv"}));
   EXPECT_EQ(filesUnder(*fs_, "rank_0/Net/0/2"),
@@ -427,7 +427,7 @@ TEST_F(RingDrainTest, ACrashRightAfterAStepMarkDoesNotListTheIterationItStarted)
   ring_.op("b", 2, {2.0f});
   ring_.step(0, 3);  // then killed: no record of 3
   ASSERT_TRUE(drainAll(*d));
-  d->finish(/*producer_lost=*/true);
+  d->finish(RingDrain::SessionEnd::kProducerLost);
   const std::vector<nlohmann::json> lines = triggerLines();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0]["kind"], "crash");

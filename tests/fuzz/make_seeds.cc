@@ -24,6 +24,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "base/dtype.h"
+#include "ipc/control_codec.h"
 #include "ipc/frame.h"
 #include "ipc/op_codec.h"
 #include "ipc/ring_format.h"
@@ -224,13 +225,11 @@ class RingWriter {
   }
 
   void control(const v1::Control& ctl, std::string_view payload = {}) {
-    const std::string msg = serialize(ctl);
-    const uint64_t payload_off = ipc::alignUp(8 + msg.size(), 8);
-    std::byte* body = reserve(ipc::RecordKind::kControl, payload_off + payload.size());
-    const uint32_t len = static_cast<uint32_t>(msg.size());
-    std::memcpy(body, &len, sizeof len);
-    std::memcpy(body + 8, msg.data(), msg.size());
-    if (!payload.empty()) std::memcpy(body + payload_off, payload.data(), payload.size());
+    const std::string msg = serialize(ctl);  // deterministic: a corpus that stays the same
+    std::byte* body =
+        reserve(ipc::RecordKind::kControl, ipc::controlBodyBytes(msg.size(), payload.size()));
+    std::byte* to = ipc::writeControl(body, msg);
+    if (!payload.empty()) std::memcpy(to, payload.data(), payload.size());
     ring_.commit();
   }
 

@@ -26,6 +26,7 @@
 #include "base/dtype.h"
 #include "base/element_count.h"
 #include "base/unique_fd.h"
+#include "ipc/control_codec.h"
 #include "ipc/op_codec.h"
 #include "ipc/ring_format.h"
 #include "ipc/shm_ring.h"
@@ -120,14 +121,12 @@ void readOp(const RingConsumer::Record& r) {
   }
 }
 
-void readControl(const RingConsumer::Record& r) {
+void readControlRecord(const RingConsumer::Record& r) {
   std::vector<std::byte> copy(r.body, r.body + r.body_bytes);
-  if (copy.size() < 8) return;  // the daemon: "control record shorter than 8 bytes"
-  uint32_t len;
-  std::memcpy(&len, copy.data(), sizeof len);
-  if (len > copy.size() - 8) return;  // "control message runs past its record"
+  auto view = dumpd::ipc::readControl(copy);  // the daemon's reader of the layout
+  if (!view) return;
   v1::Control ctl;
-  if (!ctl.ParseFromArray(copy.data() + 8, static_cast<int>(len))) return;
+  if (!ctl.ParseFromArray(view->message.data(), static_cast<int>(view->message.size()))) return;
   switch (ctl.msg_case()) {
     case v1::Control::kStep:
       (void)ctl.step().graph_id();
@@ -147,11 +146,8 @@ void readControl(const RingConsumer::Record& r) {
       }
       break;
     case v1::Control::kConstant: {
-      const uint64_t payload_off = alignUp(8 + uint64_t{len}, 8);
       const uint64_t bytes = ctl.constant().data_bytes();
-      if (payload_off <= copy.size() && bytes <= copy.size() - payload_off) {
-        touchEnds(copy.data() + payload_off, bytes);
-      }
+      if (view->payload && bytes <= view->payload->size()) touchEnds(view->payload->data(), bytes);
       break;
     }
     case v1::Control::kTrigger:
@@ -227,7 +223,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r.kind == RecordKind::kOp) {
         readOp(r);
       } else if (r.kind == RecordKind::kControl) {
-        readControl(r);
+        readControlRecord(r);
       }  // kVoid: the daemon reads at most a u32 count from its body (body_bytes checked)
     }
     read = r.end;

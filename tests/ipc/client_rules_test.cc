@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "ipc/backpressure.h"
+#include "ipc/backpressure_wire.h"
 #include "ipc/socket_path.h"
 
 namespace dumpd::ipc {
@@ -19,6 +20,16 @@ TEST(ClientRulesTest, BackpressureNamesRoundTrip) {
   auto bad = parseBackpressure("Block");
   ASSERT_FALSE(bad);
   EXPECT_THAT(bad.error().message, HasSubstr("but got: Block"));
+}
+
+TEST(ClientRulesTest, BackpressureOnTheWireRoundTrips) {
+  for (auto b : {Backpressure::kBlock, Backpressure::kDrop}) {
+    EXPECT_EQ(backpressureFromWire(backpressureToWire(b)), b);
+  }
+  EXPECT_EQ(backpressureToWire(Backpressure::kDrop), v1::BACKPRESSURE_DROP);
+  // The job did not choose (the daemon's default applies), or a value from a newer peer.
+  EXPECT_EQ(backpressureFromWire(v1::BACKPRESSURE_DEFAULT), std::nullopt);
+  EXPECT_EQ(backpressureFromWire(static_cast<v1::Backpressure>(77)), std::nullopt);
 }
 
 TEST(ClientRulesTest, ResolveSocketPath) {
