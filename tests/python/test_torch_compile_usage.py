@@ -307,3 +307,50 @@ def test_dump_calls_move_past_the_pointwise_ops_after_them() -> None:
     order = [n for n in g.nodes if n.op == "call_function"]
     assert order == [bn, relu, d1, t1, d2, t2, conv], order
     g.lint()  # every node after what it reads
+
+
+def saved_bool_tensors(model: nn.Module, client: dumpd.Client | None) -> List[str]:
+    """Trains `model` one compiled step and returns the bool tensors its compiled forward
+    hands to the backward (read from the forward graph inductor receives)."""
+    found: List[str] = []
+
+    def look(graph: torch.fx.Graph) -> None:
+        out = next(n for n in graph.nodes if n.op == "output")
+        if any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
+            return  # the backward graph
+        for value in out.args[0]:
+            val = getattr(value, "meta", {}).get("val")
+            if isinstance(val, torch.Tensor) and val.dtype == torch.bool:
+                found.append(value.name)
+
+    if client is not None:
+        dumpd.torch.attach(model, client)
+        dumpd.torch.step(client, 0)
+    with torch._inductor.config.patch(post_grad_custom_pre_pass=look):
+        torch.compile(model)(torch.randn(4, 3, 16, 16)).sum().backward()
+    return found
+
+
+class ConvBn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.b1, self.r1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.c2, self.b2, self.r2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.r2(self.b2(self.c2(self.pool(self.r1(self.b1(self.c1(x)))))))
+
+
+def test_dump_points_leave_the_training_graph_split_as_torch_splits_it(
+        daemon: Daemon, tmp_path: Path) -> None:
+    """Conv -> BatchNorm -> ReLU compiled for training: with the dump points the forward
+    saves for the backward what it saves without them. Before the joint-graph pass it saved
+    each ReLU's mask as a bool tensor (written a byte at a time on the CPU)."""
+    fresh_counters()
+    plain = saved_bool_tensors(ConvBn(), None)
+    fresh_counters()
+    client = dumpd.Client(str(make_config(tmp_path, iteration="none")), socket=daemon.socket)
+    dumped = saved_bool_tensors(ConvBn(), client)
+    client.close()
+    assert dumped == plain, (dumped, plain)
