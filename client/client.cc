@@ -89,17 +89,18 @@ Result<Reservation> Client::reserveOp(const OpCall& op) {
                        "reserveOp takes host tensors only; dump CUDA tensors with dumpOp");
     }
   }
+  Impl& m = *impl_;
+  if (m.closed || !m.fatal.empty()) return m.dead();
+  if (!m.step_selected || !m.filter->opSelected(op.op_name, op.marked)) {
+    m.stats.tensors_filtered += op.tensors.size();
+    return Reservation();
+  }
   return reserve(op, /*dump_once=*/false);
 }
 
 Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   Impl& m = *impl_;
   Reservation res;
-  if (m.closed || !m.fatal.empty()) return m.dead();
-  if (!m.step_selected || !m.filter->opSelected(op.op_name, op.marked)) {
-    m.stats.tensors_filtered += op.tensors.size();
-    return res;
-  }
   m.same_refs.clear();
   m.memo_specs.clear();
   OpPlanSettings settings;

@@ -227,6 +227,8 @@ class Client {
   struct Impl;  // client/client_impl.h
 
   explicit Client(std::unique_ptr<Impl> impl);
+  // Plans and reserves the record of `op`, which the caller checked is selected and the
+  // client alive: each tensor's own selection (input_output) is asked once, by planOp.
   Result<Reservation> reserve(const OpCall& op, bool dump_once);
   std::unique_ptr<Impl> impl_;
 };

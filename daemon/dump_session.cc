@@ -99,7 +99,7 @@ void DumpSession::run() {
     // A flight recorder holds ring space that only this thread gives back: at SCHED_IDLE, on
     // a node whose cores training keeps busy, it got no CPU and training waited for the
     // space (issue 38). It reads, checks and keeps; the writing stays on the idle writers.
-    if (drain_->hasRecorder()) applyWorkerPriority(false);
+    if (drain_->recorder() != nullptr) applyWorkerPriority(false);
     drainLoop();
     takeOperatorRequests();  // journal lines and a trigger that came at the very end
     const bool shutdown = shutdown_.load();
@@ -180,28 +180,31 @@ bool DumpSession::setUp() {
   initial.iteration = p.plan.iterations.toString();
   selection_ = std::make_shared<RuntimeSelection>(initial, p.plan.flight_recorder.has_value());
   std::weak_ptr<DumpSession> weak = weak_from_this();
-  drain_ = std::make_shared<RingDrain>(
-      id_, hello_.rank(), hello_.device(), std::move(p.plan), std::move(p.filter),
-      std::move(p.ring), std::move(writer.value().fs), std::move(writer.value().writer), ctx_.pool,
-      [weak](uint64_t) {
-        if (auto s = weak.lock()) s->onRecordsDone();
-      });
-  drain_->setRuntimeSelection(selection_);
-  if (ctx_.recorder_memory) drain_->setRecorderMemory(ctx_.recorder_memory->forUid(peer_.uid));
-  drain_->setDeviceStaging(hello_.device_staging_bytes());
-  drain_->setFetchTimeout(std::chrono::milliseconds(ctx_.settings.recorder_fetch_timeout_ms));
+  DrainLinks links;
+  links.on_done = [weak](uint64_t) {
+    if (auto s = weak.lock()) s->onRecordsDone();
+  };
+  links.selection = selection_;
+  if (ctx_.recorder_memory) links.recorder.memory = ctx_.recorder_memory->forUid(peer_.uid);
+  links.recorder.device.staging_bytes = hello_.device_staging_bytes();
+  links.recorder.device.timeout =
+      std::chrono::milliseconds(ctx_.settings.recorder_fetch_timeout_ms);
   // Session thread (a fetch of tensors kept on the client's device waits on this).
-  drain_->setProducerAlive([weak] {
+  links.recorder.device.producer_alive = [weak] {
     auto s = weak.lock();
     // After a Goodbye the client still answers: Client::close() waits for the session's end.
     return s != nullptr && !s->shutdown_.load() && !s->producer_lost_.load() &&
            !s->producerExited();
-  });
-  drain_->setOnRecorderStopped([weak] {
+  };
+  links.recorder.on_stopped = [weak] {
     if (auto s = weak.lock()) {
       asio::post(s->ctx_.io, [s] { s->recorderStopped(); });
     }
-  });
+  };
+  drain_ = std::make_shared<RingDrain>(
+      DrainIds{id_, hello_.rank(), hello_.device()}, std::move(p.plan), std::move(p.filter),
+      std::move(p.ring), std::move(writer.value().fs), std::move(writer.value().writer), ctx_.pool,
+      std::move(links));
   refreshFreeBytes();
   State s = State::kSetup;
   state_.compare_exchange_strong(s, State::kActive);
@@ -270,7 +273,7 @@ void DumpSession::drainLoop() {
       // Behind the producer, with a record larger than the recorder's margin coming: kept
       // iterations go back before training waits any longer.
       if (drain_->recorderHoldsSpace() && ring.producerWaiting()) {
-        drain_->freeRecorderSpace(/*producer_waits=*/true);
+        drain_->recorder()->freeSpace(/*producer_waits=*/true);
       }
       continue;
     }
@@ -301,10 +304,11 @@ void DumpSession::drainLoop() {
       continue;
     }
     maybeRefresh();
-    drain_->releaseAnswered();  // a late answer to a fetch gives its ring space back
+    // A late answer to a fetch gives its ring space back.
+    if (DrainRecorder* r = drain_->recorder()) r->releaseAnswered();
     // The flight recorder gives kept iterations back rather than let training wait for space.
     if (drain_->recorderHoldsSpace() && ring.producerWaiting() &&
-        drain_->freeRecorderSpace(/*producer_waits=*/true)) {
+        drain_->recorder()->freeSpace(/*producer_waits=*/true)) {
       continue;
     }
     ring.waitForData(kIdleWaitMs, drain_->recorderHoldsSpace());
@@ -412,8 +416,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
     out->set_unused_kernels_total(snap->unused_kernels_total);
     out->set_stop_reason(snap->stop_reason);
   }
-  v1::RecorderStatus recorder;
-  if (d.fillRecorderStatus(&recorder)) *out->mutable_recorder() = std::move(recorder);
+  if (const DrainRecorder* r = d.recorder()) r->fillStatus(out->mutable_recorder());
   const Selection sel = selection_->current();
   out->set_selection(sel.iteration);
   out->set_selection_changed(sel.generation != 0);

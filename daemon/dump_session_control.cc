@@ -29,7 +29,7 @@ std::string DumpSession::triggerRefusal() const {
     return name + "'s flight recorder does not take manual triggers (flight_recorder.triggers)";
   }
   v1::RecorderStatus st;
-  drain_->fillRecorderStatus(&st);
+  drain_->recorder()->fillStatus(&st);  // the plan has a recorder
   if (drain_->recorderExhausted()) {
     return name + "'s flight recorder stopped after " + std::to_string(st.triggers()) +
            " trigger(s) (flight_recorder.max_triggers " + std::to_string(recorder->max_triggers) +
@@ -127,7 +127,7 @@ void DumpSession::takeOperatorRequests() {
     trigger_requested_ = false;
     reason = std::move(trigger_reason_);
   }
-  if (fire) drain_->triggerManually(std::move(reason));
+  if (fire && drain_->recorder() != nullptr) drain_->recorder()->triggerManually(std::move(reason));
 }
 
 }  // namespace dumpd::daemon

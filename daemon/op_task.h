@@ -40,7 +40,7 @@ struct OpTask {
 
   // Tensors the client keeps on its device (PayloadKind::kDeferred): their views carry the
   // device statistics (`sums`) and no bytes until the client fills them in the ring
-  // (RingDrain::fetchDeferred). Pointers into the ring.
+  // (DeviceFetch::fetch). Pointers into the ring.
   struct Deferred {
     uint32_t view;
     const std::byte* bytes;

@@ -39,17 +39,14 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
     case v1::Control::kStep: {
       const uint32_t g = ctl.step().graph_id();
       const uint32_t i = ctl.step().iteration();
-      if (have_step_ && (g != step_graph_ || i != step_iteration_)) completeStep();
+      if (step_.started && (g != step_.graph || i != step_.iteration)) completeStep();
       // Every step mark ends what a repeat may refer to, as the client's table ends there.
-      memos_.clear();
-      kept_memos_.clear();
+      dump_once_.clear();
       // From this step on, the selection the client applied (it switched at this mark), or
       // the one it was bound to apply by now, whichever is newer.
       takeSelection(ctl.step().selection_generation(), i);
       previous_mark_end_ = r.end;
-      have_step_ = true;
-      step_graph_ = g;
-      step_iteration_ = i;
+      step_ = DrainStep{true, g, i};
       graph_id_.store(g, std::memory_order_relaxed);
       iteration_.store(i, std::memory_order_relaxed);
       break;
@@ -66,9 +63,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
     }
     case v1::Control::kKernelArgs: {
       const v1::KernelArgs& k = ctl.kernel_args();
-      const bool written =
-          selected(k.iteration()) || (recorder_ && recorder_->writes(k.iteration()));
-      if (plan_.save_kernel_args && filter_.deviceSelected(device_) && written &&
+      if (plan_.save_kernel_args && filter_.deviceSelected(ids_.device) && written(k.iteration()) &&
           filter_.opSelected(k.op_name())) {
         std::vector<std::pair<std::string, std::string>> args(k.args().begin(), k.args().end());
         std::sort(args.begin(), args.end());
@@ -87,7 +82,7 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
           c.data_bytes() > payload->size()) {
         return fail("constant " + c.data_id() + " has an inconsistent shape or size");
       }
-      if (filter_.deviceSelected(device_)) {
+      if (filter_.deviceSelected(ids_.device)) {
         storage::TensorView v;
         v.io = Io::kOutput;
         v.dtype = dtype;
@@ -100,15 +95,13 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
       break;
     }
     case v1::Control::kTrigger:
-      triggerManually(std::string(cutUtf8(ctl.trigger().reason(), ipc::kMaxTriggerReasonBytes)));
+      if (recorder_) {
+        recorder_->triggerManually(
+            std::string(cutUtf8(ctl.trigger().reason(), ipc::kMaxTriggerReasonBytes)));
+      }
       break;
     case v1::Control::kLoss:
-      if (recorder_ && recorder_->accepts(config::RecorderTrigger::kLossSpike)) {
-        if (auto e = recorder_->onLoss(ctl.loss().iteration(), ctl.loss().value())) {
-          e->iteration = step_iteration_;
-          fire(std::move(*e));
-        }
-      }
+      if (recorder_) recorder_->onLoss(ctl.loss().iteration(), ctl.loss().value());
       break;
     case v1::Control::MSG_NOT_SET:
       return fail("empty control record");
@@ -162,10 +155,7 @@ void RingDrain::applySelection(const Selection& s, uint32_t from_iteration, std:
   if (s.iterations) filter_.setIterations(*s.iterations);
   paused_ = s.paused;
   applied_generation_ = s.generation;
-  if (recorder_) {
-    recorder_->setEnabled(s.recorder_on);
-    if (!s.recorder_on) releaseKept(recorder_->releaseAll());
-  }
+  if (recorder_) recorder_->setEnabled(s.recorder_on);
   // control.jsonl: when the change was asked (its line, queued by RuntimeSelection, goes
   // first), then from which iteration it took effect.
   for (const std::string& line : selection_->takeJournal()) appendJournal("control.jsonl", line);
@@ -176,12 +166,12 @@ void RingDrain::applySelection(const Selection& s, uint32_t from_iteration, std:
   appendJournal("control.jsonl", line.dump() + "\n");
   const LogLimiter::Admission a = info_log_.admit();
   if (a.suppressed != 0) {
-    spdlog::info("session {}: {} similar line(s) suppressed", id_, a.suppressed);
+    spdlog::info("session {}: {} similar line(s) suppressed", ids_.session, a.suppressed);
   }
   if (!a.log) return;
   spdlog::info("session {}: selection {} in force from iteration {} ({}): iteration \"{}\"{}{}",
-               id_, s.generation, from_iteration, how, escapeForLog(cutUtf8(s.iteration, 256)),
-               s.paused ? ", paused" : "",
+               ids_.session, s.generation, from_iteration, how,
+               escapeForLog(cutUtf8(s.iteration, 256)), s.paused ? ", paused" : "",
                recorder_ ? (s.recorder_on ? ", recorder on" : ", recorder off") : "");
 }
 

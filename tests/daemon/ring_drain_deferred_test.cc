@@ -61,14 +61,15 @@ TEST_F(RingDrainTest, DeferredTensorsTheClientFilledAreWrittenFromTheirBytes) {
 }
 
 TEST_F(RingDrainTest, DeferredTensorsOfAClientThatCannotAnswerAreCountedLost) {
-  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
-  d->setProducerAlive([] { return false; });  // gone: nothing to fetch from
+  const bool alive = false;  // gone: nothing to fetch from
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"),
+                clientLinks(alive, std::chrono::milliseconds(30000)));
   ring_.step(0, 0);
   commitOne("kept", 2, ipc::PayloadKind::kDeferred,
             deferredPayload({1, 2}, ipc::kDeferredOnDevice, false));
   ring_.op("host", 1, {5.0f});
   ASSERT_TRUE(drainAll(*d));
-  d->triggerManually("look");
+  d->recorder()->triggerManually("look");
   d->finish();
   const std::vector<nlohmann::json> lines = triggerLines();
   ASSERT_EQ(lines.size(), 1u);
@@ -127,10 +128,9 @@ uint64_t* commitMixed(TestProducer& ring, uint32_t iteration = 0) {
 // tensor fails at once instead of waiting for a file that never comes (a writer thread, shared
 // by every session, would wait for ever). A late answer gives its ring space back.
 TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver) {
-  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"));
   bool alive = true;
-  d->setProducerAlive([&] { return alive; });
-  d->setFetchTimeout(std::chrono::milliseconds(50));
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0})"),
+                clientLinks(alive, std::chrono::milliseconds(50)));
   ring_.step(0, 0);
   uint64_t* state = commitMixed(ring_);
   const ipc::SamePayload same{/*sequence=*/2, /*tensor=*/1, 0};
@@ -146,13 +146,13 @@ TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver
   op.tensors = std::span(&t, 1);
   ring_.commit(ring_.reserve(op, {std::string(reinterpret_cast<const char*>(&same), sizeof same)}));
   ASSERT_TRUE(drainAll(*d));
-  d->triggerManually("look");  // returns: the repeat's writer did not wait for ever
+  d->recorder()->triggerManually("look");  // returns: the repeat's writer did not wait for ever
   EXPECT_EQ(d->counters().tensors_failed.load(), 3u) << "both of mixed, and its repeat";
   EXPECT_EQ(d->counters().tensors_written.load(), 0u);
   EXPECT_EQ(d->doneSequence(), 1u) << "the unanswered record holds the ring";
   // The client answers late: the space is given back, and later fetches are waited for.
   std::atomic_ref<uint64_t>(*state).store(ipc::kDeferredLost, std::memory_order_release);
-  d->releaseAnswered();
+  d->recorder()->releaseAnswered();
   EXPECT_EQ(d->doneSequence(), 3u);
   alive = false;
   d->finish();
@@ -161,21 +161,21 @@ TEST_F(RingDrainTest, AnUnansweredFetchNeitherHangsARepeatNorHoldsTheRingForEver
 // After a fetch the client answered late, the next trigger asks it again (and waits): its
 // device-kept tensors are written, not given up as if it were still not answering.
 TEST_F(RingDrainTest, AfterALateAnswerTheNextTriggerAsksTheClientAgain) {
-  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0, "max_triggers": 0})"));
+  // Long enough for the client thread below to answer on a loaded machine; the first
+  // trigger waits that long for nothing.
   bool alive = true;
-  d->setProducerAlive([&] { return alive; });
-  d->setFetchTimeout(std::chrono::milliseconds(50));
+  auto d = make(recorderConfig(R"({"saved_data": "full", "after_steps": 0, "max_triggers": 0})"),
+                clientLinks(alive, std::chrono::milliseconds(2000)));
   ring_.step(0, 0);
   uint64_t* first = commitMixed(ring_);
   ASSERT_TRUE(drainAll(*d));
-  d->triggerManually("unanswered");
+  d->recorder()->triggerManually("unanswered");
   std::atomic_ref<uint64_t>(*first).store(ipc::kDeferredLost, std::memory_order_release);
-  d->releaseAnswered();  // the late answer
+  d->recorder()->releaseAnswered();  // the late answer
 
   ring_.step(0, 1);
   uint64_t* second = commitMixed(ring_, 1);
   ASSERT_TRUE(drainAll(*d));
-  d->setFetchTimeout(std::chrono::milliseconds(20000));
   // The client: fills the second record once the daemon asks for it again.
   std::atomic<uint32_t>& asked = ring_.ring().control()->fetch_generation;
   const uint32_t before = asked.load();
@@ -191,7 +191,7 @@ TEST_F(RingDrainTest, AfterALateAnswerTheNextTriggerAsksTheClientAgain) {
     std::atomic_ref<uint64_t>(*second).store(ipc::kDeferredFilled, std::memory_order_release);
     ring_.ring().wakeConsumer();
   });
-  d->triggerManually("answered");
+  d->recorder()->triggerManually("answered");
   client.join();
   EXPECT_NE(asked.load(), before) << "the second trigger did not ask the client";
   alive = false;
@@ -254,7 +254,7 @@ class DeferredRepeatTest : public RingDrainTest {
     ring_.step(0, 0);
     commitSourceAndRepeat(ring_, state);
     EXPECT_TRUE(drainAll(*d));
-    d->triggerManually("look");
+    d->recorder()->triggerManually("look");
     d->finish();
     return d;
   }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,16 +19,16 @@ namespace dumpd::daemon::testing {
 class RingDrainTest : public ::testing::Test {
  protected:
   // A drain of ring_ for `config`, writing into fs_.
-  std::shared_ptr<RingDrain> make(const std::string& config = jobConfig()) {
+  std::shared_ptr<RingDrain> make(const std::string& config = jobConfig(), DrainLinks links = {}) {
     auto plan = config::parseDumpPlan(config, config::Environment{});
     EXPECT_TRUE(plan.has_value()) << plan.error().message;
     auto filter = config::Filter::create(plan.value());
     auto ring = ipc::RingConsumer::attach(ring_.fd(), ring_.bytes(), 1ull << 30);
     auto writer = storage::JobWriter::create(fs_, plan.value(), storage::JobOptions{});
-    return std::make_shared<RingDrain>(/*session_id=*/1, /*rank=*/0, /*device=*/0,
+    return std::make_shared<RingDrain>(DrainIds{/*session=*/1, /*rank=*/0, /*device=*/0},
                                        std::move(plan.value()), std::move(filter.value()),
                                        std::move(ring.value()), fs_, std::move(writer.value()),
-                                       pool_, nullptr);
+                                       pool_, std::move(links));
   }
   // Hands every committed record to `d`; false at the first one it refuses.
   static bool drainAll(RingDrain& d) {
@@ -83,9 +84,17 @@ class RingDrainTest : public ::testing::Test {
     }
     return out;
   }
+  // Links whose client is alive while `alive` is, and answers a fetch within `timeout`.
+  static DrainLinks clientLinks(const bool& alive, std::chrono::milliseconds timeout) {
+    DrainLinks links;
+    links.recorder.device.producer_alive = [&alive] { return alive; };
+    links.recorder.device.timeout = timeout;
+    return links;
+  }
   static v1::RecorderStatus recorderStatus(const RingDrain& d) {
     v1::RecorderStatus st;
-    EXPECT_TRUE(d.fillRecorderStatus(&st));
+    EXPECT_NE(d.recorder(), nullptr);
+    if (d.recorder() != nullptr) d.recorder()->fillStatus(&st);
     return st;
   }
 

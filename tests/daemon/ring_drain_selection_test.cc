@@ -24,12 +24,12 @@ class RingDrainSelectionTest : public RingDrainTest {
       config.pop_back();
       config += ", \"flight_recorder\": " + recorder + "}";
     }
-    auto d = make(config);
     Selection initial;
     initial.iteration = "all";
     selection_ = std::make_shared<RuntimeSelection>(initial, !recorder.empty());
-    d->setRuntimeSelection(selection_);
-    return d;
+    DrainLinks links;
+    links.selection = selection_;
+    return make(config, std::move(links));
   }
   // A step mark naming the generation the client says it applied, then op "a" of that
   // iteration.

@@ -447,17 +447,17 @@ TEST_F(RingDrainTest, FreeingRecorderSpaceReleasesTheOldestIterationFirst) {
   const uint64_t b = ring_.op("b", 2, {2.0f});  // 4
   ASSERT_TRUE(drainAll(*d));
   const uint64_t used = ring_.ring().usedBytes();
-  ASSERT_TRUE(d->freeRecorderSpace());
+  ASSERT_TRUE(d->recorder()->freeSpace(/*producer_waits=*/false));
   EXPECT_EQ(d->doneSequence(), 3u);
   EXPECT_LT(ring_.ring().usedBytes(), used);
   EXPECT_EQ(recorderStatus(*d).discarded_for_space(), 1u);
   // Then the records of the iteration being recorded.
-  ASSERT_TRUE(d->freeRecorderSpace());
+  ASSERT_TRUE(d->recorder()->freeSpace(/*producer_waits=*/false));
   EXPECT_EQ(d->doneSequence(), b);
   EXPECT_EQ(ring_.ring().usedBytes(), 0u);
   EXPECT_EQ(recorderStatus(*d).not_kept_whole(), 1u);
   // Nothing is held now: the drain loop must not wake for a waiting producer.
-  EXPECT_FALSE(d->freeRecorderSpace());
+  EXPECT_FALSE(d->recorder()->freeSpace(/*producer_waits=*/false));
   EXPECT_FALSE(d->recorderHoldsSpace());
   d->finish();
   EXPECT_TRUE(filesUnder(*fs_, "rank_0/Net").empty());
@@ -470,8 +470,8 @@ TEST_F(RingDrainTest, TrainingThatWaitsForRecorderSpaceIsCountedAndSaysTheRingTh
   ring_.step(0, 2);
   ring_.op("b", 2, {2.0f});
   ASSERT_TRUE(drainAll(*d));
-  ASSERT_TRUE(d->freeRecorderSpace(/*producer_waits=*/true));
-  ASSERT_TRUE(d->freeRecorderSpace(/*producer_waits=*/true));
+  ASSERT_TRUE(d->recorder()->freeSpace(/*producer_waits=*/true));
+  ASSERT_TRUE(d->recorder()->freeSpace(/*producer_waits=*/true));
   const v1::RecorderStatus st = recorderStatus(*d);
   EXPECT_EQ(st.producer_waits(), 2u);
   EXPECT_NE(st.warning().find("training waited for ring space the recorder held"),
@@ -479,7 +479,7 @@ TEST_F(RingDrainTest, TrainingThatWaitsForRecorderSpaceIsCountedAndSaysTheRingTh
       << st.warning();
   EXPECT_NE(st.warning().find("a ring_bytes of "), std::string::npos) << st.warning();
   // Nothing held: a wait is not the recorder's doing, and is not counted.
-  EXPECT_FALSE(d->freeRecorderSpace(/*producer_waits=*/true));
+  EXPECT_FALSE(d->recorder()->freeSpace(/*producer_waits=*/true));
   EXPECT_EQ(recorderStatus(*d).producer_waits(), 2u);
   d->finish();
 }

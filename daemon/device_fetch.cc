@@ -1,16 +1,10 @@
-// RingDrain and the tensors a client keeps on its device for the flight recorder
-// (docs/recorder.md, "Keeping CUDA tensors on the device"): such a record carries the
-// device's statistics and the room for its bytes, which the client copies there when the
-// daemon fetches them (RingControl::fetch_*, DeferredPayload::state).
+#include "daemon/device_fetch.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <vector>
-
-#include "daemon/ring_drain.h"
-#include "storage/format/statistics.h"
+#include <string>
 
 namespace dumpd::daemon {
 namespace {
@@ -24,27 +18,36 @@ uint64_t stateOf(const OpTask::Deferred& d) {
   return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(d.state)).load(std::memory_order_acquire);
 }
 
-}  // namespace
-
-bool RingDrain::deferredPayloadValid(uint64_t sequence, const ipc::DecodedOp& op,
-                                     const ipc::DecodedTensor& t, DType dtype,
-                                     const std::optional<uint64_t>& elements) {
-  const std::string where =
-      "record " + std::to_string(sequence) + ": a tensor of " + std::string(op.opName());
-  if (!storage::hasStatistics(dtype)) {
-    return fail(where + " is kept on the device, but its dtype has no statistics");
-  }
-  if (reinterpret_cast<uintptr_t>(t.data) % alignof(ipc::DeferredPayload) != 0) {
-    return fail(where + " is kept on the device at a misaligned payload offset");
-  }
-  if (!elements || t.data_bytes - ipc::kDeferredHeaderBytes != sourceBytes(dtype, *elements)) {
-    return fail(where + " is kept on the device with " + std::to_string(t.data_bytes) +
-                " payload bytes, which do not match its shape and dtype");
-  }
-  return true;
+void publishFailure(storage::TensorMemo* memo, const char* why) {
+  if (memo == nullptr) return;
+  storage::MemoResult m;
+  m.error = why;
+  memo->publish(std::move(m));
 }
 
-uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t through_iteration) {
+}  // namespace
+
+DeviceFetch::DeviceFetch(uint64_t session_id, Settings settings, ipc::RingConsumer& ring,
+                         ReleaseQueue& release, DrainCounters& counters, SessionWarnings& warnings)
+    : id_(session_id),
+      settings_(std::move(settings)),
+      ring_(ring),
+      release_(release),
+      counters_(counters),
+      warnings_(warnings) {}
+
+void DeviceFetch::noteKept(const OpTask& task) {
+  if (task.deferred.empty()) return;
+  const uint32_t iteration = task.op.iteration;
+  if (iteration != iteration_) iteration_bytes_ = 0;
+  iteration_ = iteration;
+  for (const OpTask::Deferred& d : task.deferred) {
+    iteration_bytes_ += ipc::alignUp(d.size, 256);  // the client's staging alignment
+  }
+  largest_iteration_ = std::max(largest_iteration_, iteration_bytes_);
+}
+
+uint64_t DeviceFetch::fetch(const std::vector<OpTask*>& tasks, uint32_t through_iteration) {
   uint64_t from = UINT64_MAX;
   for (const OpTask* t : tasks) {
     if (!t->deferred.empty()) from = std::min(from, t->sequence);
@@ -62,23 +65,22 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
     while (cursor < states.size() && stateOf(*states[cursor]) != ipc::kDeferredOnDevice) ++cursor;
     return cursor < states.size();
   };
-  const auto alive = [&] { return producer_alive_ && producer_alive_(); };
-  if (pending() && alive() && !fetch_unanswered_) {
+  if (pending() && producerAlive() && !unanswered_) {
     ring_.requestFetch(from, through_iteration);
     // The client's issuer looks for the request every few milliseconds, then waits for its
     // snapshots, copies them (a trigger's kept iterations: up to a few GB) and wakes this
     // thread. The timed wait only covers a wake that is never sent (a client gone).
-    const auto deadline = std::chrono::steady_clock::now() + fetch_timeout_;
+    const auto deadline = std::chrono::steady_clock::now() + settings_.timeout;
     for (;;) {
       const uint32_t seen = ring_.wakeValue();
-      if (!pending() || !alive()) break;
+      if (!pending() || !producerAlive()) break;
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
-        fetch_unanswered_ = true;
+        unanswered_ = true;
         spdlog::warn(
             "session {}: the client did not send the tensors it keeps on its device "
             "within {} ms (recorder_fetch_timeout_ms); they are not written",
-            id_, fetch_timeout_.count());
+            id_, settings_.timeout.count());
         break;
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
@@ -86,7 +88,7 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
     }
   }
   // False: the client is alive but did not copy them in time.
-  const bool answered = !fetch_unanswered_ || !alive();
+  const bool answered = !unanswered_ || !producerAlive();
   uint64_t lost = 0;
   for (OpTask* t : tasks) {
     std::vector<bool> drop(t->views.size(), false);
@@ -108,11 +110,7 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
       t->abandoned = true;
       lost += t->views.size();
       for (const storage::TensorView& v : t->views) {
-        if (v.memo != nullptr) {
-          storage::MemoResult m;
-          m.error = "its record's tensors kept on the device never reached the host";
-          v.memo->publish(std::move(m));
-        }
+        publishFailure(v.memo, "its record's tensors kept on the device never reached the host");
       }
       continue;
     }
@@ -123,11 +121,8 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
       if (drop[i]) {
         ++lost;
         // A dump-once source: its repeats fail with it rather than wait for its file.
-        if (storage::TensorMemo* memo = t->views[i].memo; memo != nullptr) {
-          storage::MemoResult m;
-          m.error = "it was kept on the client's device and never reached the host";
-          memo->publish(std::move(m));
-        }
+        publishFailure(t->views[i].memo,
+                       "it was kept on the client's device and never reached the host");
         continue;
       }
       kept.push_back(t->views[i]);
@@ -145,23 +140,15 @@ uint64_t RingDrain::fetchDeferred(const std::vector<OpTask*>& tasks, uint32_t th
   return lost;
 }
 
-bool RingDrain::writeFetched(std::shared_ptr<OpTask> task, uint64_t slot) {
-  if (task->abandoned) {
-    abandoned_.push_back(KeptRecord{std::move(task), slot});
-    return false;
-  }
-  if (task->views.empty()) {
-    release_.markDone(slot);
-    return false;
-  }
-  release_.write(slot);
-  submitWrite(std::move(task), slot);
+bool DeviceFetch::holdAbandoned(std::shared_ptr<OpTask>& task, uint64_t slot) {
+  if (!task->abandoned) return false;
+  abandoned_.push_back(KeptRecord{std::move(task), slot});
   return true;
 }
 
-void RingDrain::releaseAnswered(bool all) {
+void DeviceFetch::releaseAnswered(bool all) {
   if (abandoned_.empty()) return;
-  const bool gone = all || !producer_alive_ || !producer_alive_();
+  const bool gone = all || !producerAlive();
   // In record order, up to the first record the client has not answered: each call looks at
   // the records it releases and one more, never at every state held.
   size_t done = 0;
@@ -176,6 +163,7 @@ void RingDrain::releaseAnswered(bool all) {
   }
   abandoned_.erase(abandoned_.begin(), abandoned_.begin() + static_cast<ptrdiff_t>(done));
   // Every late answer came: the client is waited for again.
-  if (abandoned_.empty()) fetch_unanswered_ = false;
+  if (abandoned_.empty()) unanswered_ = false;
 }
+
 }  // namespace dumpd::daemon
