@@ -115,10 +115,8 @@ struct Client::Impl {
     return device;
   }
 
-  // Dump once: makes `s`, the spec of `t` about to be appended to `specs`, a reference when
-  // `t` repeats a tensor sent this step or earlier in this op; else flags it to be remembered.
-  // Spec i of the op being reserved, a dump-once source: a reference to the same tensor
-  // already in the ring (or earlier in this op), or remembered for later ones.
+  // Dump once: makes spec i of the op being reserved a reference when its tensor repeats one
+  // sent this step or earlier in this op; else flags it to be remembered (kMemoBit).
   void markRepeat(size_t i) {
     const Tensor& t = *op.selected[i];
     ipc::TensorSpec& s = op.specs[i];

@@ -143,9 +143,9 @@ class DumpSession : public std::enable_shared_from_this<DumpSession> {
   void onThreadDone();          // io thread
   void refreshFreeBytes();      // session thread
   bool producerExited() const;  // session thread
-  void takeOperatorRequests();
+  void takeOperatorRequests();  // session thread: dumpctl trigger, control journal lines
   // The flight recorder stopped (max_triggers): the client stops copying what it recorded.
-  void recorderStopped();  // io thread  // session thread: dumpctl trigger, control journal lines
+  void recorderStopped();  // io thread
 
   SessionContext ctx_;
   const std::weak_ptr<SessionOwner> owner_;

@@ -96,7 +96,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain>, private Record
   bool recorderExhausted() const { return recorder_ && recorder_->exhausted(); }
   // Journals `line` in .dump_metadata/`name` (session thread); failures become warnings.
   void appendJournal(std::string_view name, const std::string& line);
-  // Refreshes the figures status shows (free space, writer counters, unused kernels).
+  // Refreshes the figures status shows (writer counters, stop reason, unused kernels); free
+  // space is writerFreeBytes()'s.
   void publishSnapshot();
 
   ipc::RingConsumer& ring() { return ring_; }

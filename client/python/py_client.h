@@ -76,10 +76,11 @@ class PyClient {
   template <typename F>
   auto locked(F&& f) -> decltype(f(std::declval<client::Client&>()));
 
-  // Like locked() for short calls: keeps the GIL when the mutex is free, releases it only to
-  // wait for the mutex (never blocks on the mutex while holding the GIL).
   // Takes mu_ keeping the GIL when it is free; releases the GIL only to wait for it.
   void lockKeepingGil() ACQUIRE(mu_);
+  // Like locked() for short calls: keeps the GIL when the mutex is free, releases it only to
+  // wait for the mutex (never blocks on the mutex while holding the GIL). `allow_closed`: runs
+  // f on a closed client too.
   template <typename F>
   auto lockedFast(F&& f, bool allow_closed = false) -> decltype(f(std::declval<client::Client&>()));
 
