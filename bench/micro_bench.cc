@@ -1,5 +1,6 @@
 // Google Benchmark micro-benchmarks of the hot paths: ring reserve/commit/consume, the kernel
-// filter per lookup, statistics per GB, npy writing to tmpfs, the client's strided copy.
+// filter per lookup, statistics per GB, npy writing to tmpfs, the client's strided copy,
+// replica fingerprints.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fingerprint.h"
 #include "client/strided_copy.h"
 #include "config/dump_plan.h"
 #include "config/filter.h"
@@ -194,5 +196,40 @@ void BM_StridedCopy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 BENCHMARK(BM_StridedCopy)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
+
+// Replica fingerprints (base/fingerprint.h) of a 16 MiB tensor: Arg 0 is a plain read of the
+// same bytes (a sum of 64-bit words: the read bandwidth the fingerprint is judged against),
+// 1 the fingerprint with the CPU's best path, 2 the scalar rule.
+void BM_Fingerprint(benchmark::State& state) {
+  const size_t bytes = size_t{16} << 20;
+  std::vector<std::byte> src(bytes);
+  for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<std::byte>(i * 131);
+  uint64_t out = 0;
+  for (auto _ : state) {
+    switch (state.range(0)) {
+      case 0: {
+        uint64_t s = 0;
+        for (size_t i = 0; i < bytes; i += 8) {
+          uint64_t w;
+          std::memcpy(&w, src.data() + i, 8);
+          s += w;
+        }
+        out += s;
+        break;
+      }
+      case 1:
+        out += fingerprint(src);
+        break;
+      default:
+        out += fingerprintSumScalar(src);
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetLabel(state.range(0) == 0   ? "read (reference)"
+                 : state.range(0) == 1 ? "fingerprint"
+                                       : "fingerprint, scalar");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+BENCHMARK(BM_Fingerprint)->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -210,6 +210,18 @@ def main():
                 t = copies[f"BM_StridedCopy/{arg}"]
                 row(f"13. strided copy into C order, 16 MiB {what}, vs memcpy", t, reference,
                     t / reference, "(figure: was ascontiguousarray + memcpy)", "ms")
+        # Replica fingerprints, as read rates of the same 16 MiB (GB/s).
+        prints = {b["name"]: b["real_time"] for b in results["micro"]
+                  if b["name"].startswith("BM_Fingerprint/")}
+        gbps = lambda ms: (16 << 20) / (ms / 1000) / 1e9  # noqa: E731
+        fp = prints.get("BM_Fingerprint/1")
+        if fp and reference:
+            row("14. replica fingerprint of 16 MiB vs memcpy's read of it", gbps(fp),
+                gbps(reference), reference / fp, ">= 0.8", "GB/s")
+        if fp and prints.get("BM_Fingerprint/0"):
+            plain = prints["BM_Fingerprint/0"]
+            row("14. replica fingerprint of 16 MiB vs a plain read (sum of words)", gbps(fp),
+                gbps(plain), plain / fp, "(figure)", "GB/s")
 
     peaks = {}
     for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)) if "client" in want \

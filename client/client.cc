@@ -70,6 +70,30 @@ Status Client::trigger(std::string_view reason) {
   return impl_->sendControl(ctl, nullptr, 0);
 }
 
+Status Client::reportReplicaMismatch(const ReplicaMismatch& m) {
+  if (m.digests.empty() || m.digests.size() > ipc::kMaxReplicaGroup || m.ranks.empty() ||
+      m.ranks.size() > m.digests.size()) {
+    return makeError(ErrorCode::kInvalidArgument,
+                     "a replica mismatch needs 1 to " + std::to_string(ipc::kMaxReplicaGroup) +
+                         " digests (one a rank) and 1 to as many differing ranks");
+  }
+  for (uint32_t r : m.ranks) {
+    if (r >= m.digests.size()) {
+      return makeError(ErrorCode::kInvalidArgument, "a replica mismatch names rank " +
+                                                        std::to_string(r) + " of a group of " +
+                                                        std::to_string(m.digests.size()));
+    }
+  }
+  v1::Control ctl;
+  v1::ReplicaMismatch* out = ctl.mutable_replica_mismatch();
+  out->set_iteration(m.iteration);
+  out->set_tensor(toWireText(m.tensor, ipc::kMaxNameBytes));
+  out->mutable_ranks()->Add(m.ranks.begin(), m.ranks.end());
+  out->mutable_digests()->Add(m.digests.begin(), m.digests.end());
+  out->set_group_size(static_cast<uint32_t>(m.digests.size()));
+  return impl_->sendControl(ctl, nullptr, 0);
+}
+
 Status Client::reportLoss(double loss) {
   v1::Control ctl;
   ctl.mutable_loss()->set_iteration(impl_->iteration);

@@ -186,6 +186,17 @@ class Client {
   // the ring in order with the tensors; without a recorder the daemon ignores them.
   Status trigger(std::string_view reason);
   Status reportLoss(double loss);
+  // Replica fingerprints (docs/replicas.md): the replicas of `tensor` in `iteration` differ;
+  // `ranks` (group ranks) differ from the majority; `digests`: every rank's, in group rank
+  // order. The daemon journals it (.dump_metadata/replicas.jsonl), shows it in status, and
+  // its flight recorder fires a "replica_mismatch" trigger. Every rank of the group reports it.
+  struct ReplicaMismatch {
+    uint32_t iteration = 0;
+    std::string_view tensor;
+    std::span<const uint32_t> ranks;
+    std::span<const uint64_t> digests;
+  };
+  Status reportReplicaMismatch(const ReplicaMismatch& m);
   // The pushed-down filter: false means dumpOp would skip this tensor (and copy nothing).
   bool shouldDump(std::string_view op_name, Io io, bool marked = false);
   // True when the current step and device are selected at all (cheap per-step gate).

@@ -11,8 +11,8 @@ namespace {
 using internal::describe;
 using nlohmann::json;
 
-constexpr std::string_view kTriggerNames[kRecorderTriggerCount] = {"nan", "inf", "loss_spike",
-                                                                   "crash", "manual"};
+constexpr std::string_view kTriggerNames[kRecorderTriggerCount] = {
+    "nan", "inf", "loss_spike", "crash", "manual", "replica_mismatch"};
 
 Error invalid(std::string_view key, std::string_view expected, const json& got) {
   return makeError(ErrorCode::kInvalidConfig, "flight_recorder" + std::string(key) + " should be " +
@@ -71,7 +71,9 @@ Status parseLossSpike(const json& v, FlightRecorderPlan& plan) {
 }
 
 Status parseTriggers(const json& v, FlightRecorderPlan& plan) {
-  const char* expected = "a list of \"nan\", \"inf\", \"loss_spike\", \"crash\", \"manual\"";
+  const char* expected =
+      "a list of \"nan\", \"inf\", \"loss_spike\", \"crash\", \"manual\", "
+      "\"replica_mismatch\"";
   if (!v.is_array()) return invalid(".triggers", expected, v);
   plan.triggers = 0;
   for (const json& t : v) {

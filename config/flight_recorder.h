@@ -3,7 +3,8 @@
 // when something goes wrong (docs/recorder.md).
 //
 //   "flight_recorder": {"steps": 4, "saved_data": "full", "max_bytes": 4294967296,
-//                       "triggers": ["nan", "inf", "loss_spike", "crash", "manual"],
+//                       "triggers": ["nan", "inf", "loss_spike", "crash", "manual",
+//                                    "replica_mismatch"],
 //                       "loss_spike": {"window": 50, "factor": 3.0},
 //                       "after_steps": 1, "max_triggers": 1}
 //
@@ -23,10 +24,10 @@
 
 namespace dumpd::config {
 
-enum class RecorderTrigger : uint8_t { kNan, kInf, kLossSpike, kCrash, kManual };
-inline constexpr size_t kRecorderTriggerCount = 5;
+enum class RecorderTrigger : uint8_t { kNan, kInf, kLossSpike, kCrash, kManual, kReplicaMismatch };
+inline constexpr size_t kRecorderTriggerCount = 6;
 
-// "nan", "inf", "loss_spike", "crash", "manual".
+// "nan", "inf", "loss_spike", "crash", "manual", "replica_mismatch".
 std::string_view recorderTriggerName(RecorderTrigger t);
 
 struct FlightRecorderPlan {
@@ -37,7 +38,7 @@ struct FlightRecorderPlan {
   uint32_t steps = 4;                       // iterations kept, the triggering one included
   SavedData saved_data = SavedData::kFull;  // what a trigger writes of them
   uint64_t max_bytes = uint64_t{4} << 30;   // bytes kept at most
-  uint32_t triggers = 0x1f;                 // bit (1 << RecorderTrigger)
+  uint32_t triggers = 0x3f;                 // bit (1 << RecorderTrigger)
   uint32_t loss_window = 50;                // losses the median is taken over
   double loss_factor = 3.0;                 // a loss above factor x median triggers
   uint32_t after_steps = 1;                 // iterations written after the trigger

@@ -286,6 +286,16 @@ void DrainRecorder::onLoss(uint32_t iteration, double value) {
   }
 }
 
+void DrainRecorder::onReplicaMismatch(TriggerEvent::Replicas r) {
+  if (!recorder_.accepts(config::RecorderTrigger::kReplicaMismatch)) return;
+  TriggerEvent e;
+  e.kind = config::RecorderTrigger::kReplicaMismatch;
+  e.iteration = drain_.step.iteration;
+  e.reason = r.text();
+  e.replicas = std::move(r);
+  fire(std::move(e));
+}
+
 void DrainRecorder::fire(TriggerEvent e) {
   if (trigger_) {
     closeTrigger("the next trigger, at iteration " + std::to_string(e.iteration) +

@@ -115,6 +115,8 @@ class DrainRecorder {
   // Triggers.
   void triggerManually(std::string reason);
   void onLoss(uint32_t iteration, double value);
+  // The client found that the replicas of a tensor differ (docs/replicas.md).
+  void onReplicaMismatch(TriggerEvent::Replicas r);
   // dumpctl control turned the recorder on or off (off: what it keeps is released).
   void setEnabled(bool on);
   // Writer thread: checks a record a trigger writes for NaN and infinities (check_values).

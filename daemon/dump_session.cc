@@ -417,6 +417,8 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
     out->set_stop_reason(snap->stop_reason);
   }
   if (const DrainRecorder* r = d.recorder()) r->fillStatus(out->mutable_recorder());
+  out->set_replica_mismatches(d.replicaReports().count());
+  if (auto last = d.replicaReports().last()) out->set_last_replica_mismatch(*last);
   const Selection sel = selection_->current();
   out->set_selection(sel.iteration);
   out->set_selection_changed(sel.generation != 0);

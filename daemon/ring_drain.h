@@ -28,6 +28,7 @@
 #include "daemon/log_limiter.h"
 #include "daemon/op_task.h"
 #include "daemon/release_queue.h"
+#include "daemon/replica_reports.h"
 #include "daemon/runtime_selection.h"
 #include "daemon/session_warnings.h"
 #include "daemon/tensor_check.h"
@@ -119,6 +120,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain>, private Record
   }
   uint32_t openDirectories() const { return open_dirs_.load(std::memory_order_relaxed); }
   std::shared_ptr<const WriterSnapshot> snapshot() const { return snapshot_.load(); }
+  // Replica mismatches the client reported. Any thread.
+  const ReplicaReports& replicaReports() const { return replicas_; }
   const config::DumpPlan& plan() const { return plan_; }
   // Free bytes of the dump file system (fstatvfs: may be slow; never on the io thread).
   std::optional<uint64_t> writerFreeBytes();
@@ -148,6 +151,8 @@ class RingDrain : public std::enable_shared_from_this<RingDrain>, private Record
   // An op record of `iteration` was written after dumpd sent a pause the drain has not
   // applied: applies the selection in force (paused) from that iteration.
   void enforcePause(uint32_t iteration);
+  // A client's report that the replicas of a tensor differ (docs/replicas.md).
+  void takeReplicaMismatch(const v1::ReplicaMismatch& m);
   // handle() without the recorder's room check.
   bool dispatch(const ipc::RingConsumer::Record& r);
   bool handleOp(const ipc::RingConsumer::Record& r);
@@ -190,6 +195,7 @@ class RingDrain : public std::enable_shared_from_this<RingDrain>, private Record
   DrainStep step_;
   uint64_t client_dropped_reported_ = 0;
   DumpOnceTable dump_once_;
+  ReplicaReports replicas_;
   const std::shared_ptr<RuntimeSelection> selection_;
   uint64_t applied_generation_ = 0;
   uint64_t previous_mark_end_ = 0;  // ring position after the last step mark

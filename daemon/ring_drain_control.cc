@@ -103,12 +103,31 @@ bool RingDrain::handleControl(const ipc::RingConsumer::Record& r) {
     case v1::Control::kLoss:
       if (recorder_) recorder_->onLoss(ctl.loss().iteration(), ctl.loss().value());
       break;
+    case v1::Control::kReplicaMismatch:
+      takeReplicaMismatch(ctl.replica_mismatch());
+      break;
     case v1::Control::MSG_NOT_SET:
       return fail("empty control record");
   }
   if (!st) warnings_.warn(st.error().message);
   release_.push(r.end, r.sequence, true);
   return true;
+}
+
+void RingDrain::takeReplicaMismatch(const v1::ReplicaMismatch& m) {
+  Result<TriggerEvent::Replicas> r = ReplicaReports::check(m);
+  if (!r) {
+    warnings_.warn(r.error().message + "; it is skipped");
+    return;
+  }
+  replicas_.record(r.value());
+  // Journalled with or without a flight recorder: the evidence that replicas diverged.
+  nlohmann::json line = r.value().toJson();
+  line["time_us"] = wallClockMicros();
+  line["rank"] = ids_.rank;
+  appendJournal("replicas.jsonl",
+                line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (recorder_) recorder_->onReplicaMismatch(std::move(r.value()));
 }
 
 void RingDrain::takeSelection(uint64_t named, uint32_t from_iteration) {

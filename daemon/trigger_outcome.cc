@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -92,8 +93,40 @@ std::string TriggerEvent::toJsonLine(uint64_t time_us, uint32_t rank) const {
                             {"value", first_nonfinite->nan ? "nan" : "inf"}};
   }
   if (device_tensors_lost != 0) j["device_tensors_lost"] = device_tensors_lost;
+  if (replicas) j["replicas"] = replicas->toJson();
   // Names and reasons come from the client: invalid UTF-8 is replaced, never refused.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string TriggerEvent::Replicas::text() const {
+  std::string s = tensor + " at iteration " + std::to_string(iteration) + ": ";
+  if (differing_count == 1) {
+    s += "rank " + std::to_string(differing.empty() ? 0 : differing[0].first) + " of " +
+         std::to_string(group_size) + " differs";
+  } else {
+    s += std::to_string(differing_count) + " of " + std::to_string(group_size) + " ranks differ";
+  }
+  return s;
+}
+
+nlohmann::json TriggerEvent::Replicas::toJson() const {
+  // Digests as hex strings: JSON readers lose integers above 2^53.
+  const auto hex = [](uint64_t d) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
+    return std::string(buf);
+  };
+  nlohmann::json differ = nlohmann::json::array();
+  for (const auto& [rank, digest] : differing) {
+    differ.push_back({{"rank", rank}, {"digest", hex(digest)}});
+  }
+  nlohmann::json j = {{"tensor", tensor},
+                      {"iteration", iteration},
+                      {"group_size", group_size},
+                      {"majority_digest", hex(majority)},
+                      {"differing", std::move(differ)}};
+  if (differing_count > differing.size()) j["differing_count"] = differing_count;
+  return j;
 }
 
 std::string TriggerEvent::summary() const {

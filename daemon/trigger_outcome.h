@@ -15,6 +15,8 @@
 
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config/flight_recorder.h"
 
 namespace dumpd::daemon {
@@ -52,6 +54,22 @@ struct TriggerEvent {
     bool nan = true;     // else an infinity
   };
   std::optional<NonFinite> first_nonfinite;
+  // replica_mismatch: the tensor whose replicas differ, as the client reported it
+  // (docs/replicas.md).
+  struct Replicas {
+    uint32_t iteration = 0;  // the step compared
+    std::string tensor;
+    uint32_t group_size = 0;
+    uint64_t majority = 0;  // the digest most ranks hold
+    // The ranks that differ from it, with their digests (at most kMaxDifferingListed).
+    std::vector<std::pair<uint32_t, uint64_t>> differing;
+    uint32_t differing_count = 0;
+    // "grad:fc.weight at iteration 30: rank 3 of 4 differs"
+    std::string text() const;
+    nlohmann::json toJson() const;
+  };
+  static constexpr size_t kMaxDifferingListed = 64;
+  std::optional<Replicas> replicas;
   // Tensors the client kept on its device that never reached the host (crash: the device
   // memory went with the process; or the snapshot was given up for staging space).
   uint64_t device_tensors_lost = 0;

@@ -120,6 +120,8 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["selection_changed_by"] = s.selection_changed_by();
     o["paused"] = s.paused();
     o["journal_lines_refused"] = s.journal_lines_refused();
+    o["replica_mismatches"] = s.replica_mismatches();
+    o["last_replica_mismatch"] = s.last_replica_mismatch();
     if (s.has_recorder()) {
       const v1::RecorderStatus& f = s.recorder();
       o["recorder"] = {{"recording", f.recording()},
@@ -240,6 +242,10 @@ std::string statusToTable(const v1::StatusReply& r) {
             << (s.paused() ? ", paused" : "") << "\n";
       }
       if (s.has_recorder()) out << recorderLine(s.recorder());
+      if (s.replica_mismatches() != 0) {
+        out << "     replica mismatches: " << s.replica_mismatches()
+            << ", last: " << printable(s.last_replica_mismatch()) << "\n";
+      }
     }
   }
   for (const v1::DiskStatus& d : r.disks()) {

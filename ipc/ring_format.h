@@ -129,6 +129,8 @@ inline constexpr uint32_t kOpMarked = 1;  // set_dump mark (dump_mode 2)
 // A Trigger control record's reason: dumpd keeps at most this many bytes of it (the client
 // cuts it between characters before sending).
 inline constexpr size_t kMaxTriggerReasonBytes = 1024;
+// A ReplicaMismatch control record compares at most this many ranks (docs/replicas.md).
+inline constexpr size_t kMaxReplicaGroup = 65536;
 
 // Then op_type and op_name bytes (no terminator), padded to 8 bytes; then tensor_count
 // TensorDescs, each followed by ndim int64 dims and format_len bytes, padded to 8. Payloads

@@ -7,14 +7,17 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/fingerprint.h"
 #include "client/device_api.h"
 #include "client/python/device_array.h"
 #include "client/python/errors.h"
+#include "client/python/host_buffer.h"
 #include "client/python/py_client.h"
 
 namespace dumpd::python {
@@ -154,6 +157,22 @@ PYBIND11_MODULE(_dumpd, m) {
       "None when CUDA tensors can be dumped in this process, else why not (built without "
       "CUDA, no driver, no device).");
 
+  m.def(
+      "fingerprint",
+      [](py::handle array) {
+        HeldBuffer b;
+        b.acquire(array, "array");
+        const std::span<const std::byte> bytes(static_cast<const std::byte*>(b.view().buf),
+                                               static_cast<size_t>(b.view().len));
+        py::gil_scoped_release unlocked;
+        return dumpd::fingerprint(bytes);
+      },
+      py::arg("array"),
+      "The replica fingerprint of an array's raw bytes (a C-contiguous copy of it if it is "
+      "not): a 64-bit integer that every single-bit flip changes, equal for bit-identical "
+      "replicas on any rank and machine (docs/replicas.md). Not a cryptographic hash. A "
+      "torch bfloat16 tensor goes through t.view(torch.int16): the same bytes.");
+
   py::class_<PyClient>(m, "Client", kClientDoc)
       .def(py::init(&PyClient::create), py::arg("config") = py::none(),
            py::arg("socket") = py::none(), py::arg("rank") = py::none(),
@@ -171,6 +190,12 @@ PYBIND11_MODULE(_dumpd, m) {
            "tensors dumped before it; flush() after it returns once they are written.")
       .def("report_loss", &PyClient::reportLoss, py::arg("loss"),
            "Flight recorder: this step's loss (a float), for the \"loss_spike\" trigger.")
+      .def("report_replica_mismatch", &PyClient::reportReplicaMismatch, py::arg("iteration"),
+           py::arg("tensor"), py::arg("ranks"), py::arg("digests"),
+           "The replicas of `tensor` in `iteration` differ (docs/replicas.md): `ranks` (group "
+           "ranks) differ from the majority; `digests` is every rank's dumpd.fingerprint, in "
+           "group rank order. dumpd journals it, shows it in status, and the flight recorder "
+           "fires a \"replica_mismatch\" trigger. dumpd.torch.check_replicas calls this.")
       .def("prepare_cuda", &PyClient::prepareCuda, py::arg("device") = 0,
            "Sets up CUDA device `device` for dumps now: pins the ring, allocates "
            "device_staging_bytes of staging, creates the copy stream. Otherwise the first "

@@ -166,6 +166,17 @@ void PyClient::reportLoss(double loss) {
   unwrap(locked([&](client::Client& c) { return c.reportLoss(loss); }));
 }
 
+void PyClient::reportReplicaMismatch(uint32_t iteration, const std::string& tensor,
+                                     const std::vector<uint32_t>& ranks,
+                                     const std::vector<uint64_t>& digests) {
+  client::Client::ReplicaMismatch m;
+  m.iteration = iteration;
+  m.tensor = tensor;
+  m.ranks = ranks;
+  m.digests = digests;
+  unwrap(locked([&](client::Client& c) { return c.reportReplicaMismatch(m); }));
+}
+
 void PyClient::prepareCuda(int64_t device) {
   if (device < 0 || device > 1024) throw py::value_error("device must be a CUDA ordinal");
   unwrap(locked([&](client::Client& c) { return c.prepareDevice(static_cast<int>(device)); }));

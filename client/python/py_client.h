@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/mutex.h"
 #include "client/client.h"
@@ -43,6 +44,9 @@ class PyClient {
   void setStep(int64_t iteration, int64_t graph_id);
   void trigger(const std::string& reason);
   void reportLoss(double loss);
+  void reportReplicaMismatch(uint32_t iteration, const std::string& tensor,
+                             const std::vector<uint32_t>& ranks,
+                             const std::vector<uint64_t>& digests);
   void prepareCuda(int64_t device);
   bool shouldDump(const std::string& op_name, const std::string& io, bool marked);
   bool stepSelected();

@@ -30,8 +30,9 @@ TEST(FlightRecorderConfig, AnEmptySectionTakesTheDocumentedDefaults) {
   EXPECT_EQ(r->steps, 4u);
   EXPECT_EQ(r->saved_data, SavedData::kFull);
   EXPECT_EQ(r->max_bytes, uint64_t{4} << 30);
-  for (auto t : {RecorderTrigger::kNan, RecorderTrigger::kInf, RecorderTrigger::kLossSpike,
-                 RecorderTrigger::kCrash, RecorderTrigger::kManual}) {
+  for (auto t :
+       {RecorderTrigger::kNan, RecorderTrigger::kInf, RecorderTrigger::kLossSpike,
+        RecorderTrigger::kCrash, RecorderTrigger::kManual, RecorderTrigger::kReplicaMismatch}) {
     EXPECT_TRUE(r->has(t)) << recorderTriggerName(t);
   }
   EXPECT_EQ(r->loss_window, 50u);
@@ -106,7 +107,11 @@ TEST(FlightRecorderConfig, SavedDataAndFactorAreChecked) {
 TEST(FlightRecorderConfig, TriggersMustBeKnownAndAtLeastOne) {
   EXPECT_EQ(errorOf(R"({"triggers": ["nan", "oom"]})"),
             "flight_recorder.triggers should be a list of \"nan\", \"inf\", \"loss_spike\", "
-            "\"crash\", \"manual\", but got: oom");
+            "\"crash\", \"manual\", \"replica_mismatch\", but got: oom");
+  auto only = parse(R"({"triggers": ["replica_mismatch"]})");
+  ASSERT_TRUE(only.has_value()) << only.error().message;
+  EXPECT_TRUE(only->has(RecorderTrigger::kReplicaMismatch));
+  EXPECT_FALSE(only->has(RecorderTrigger::kManual));
   EXPECT_EQ(errorOf(R"({"triggers": []})"),
             "flight_recorder.triggers should be a list naming at least one trigger, but got: []");
   EXPECT_NE(errorOf(R"({"triggers": "nan"})").find("flight_recorder.triggers"), std::string::npos);

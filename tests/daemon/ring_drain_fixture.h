@@ -72,9 +72,11 @@ class RingDrainTest : public ::testing::Test {
     ring_.control(ctl);
   }
   // The lines of triggers.jsonl, parsed.
-  std::vector<nlohmann::json> triggerLines() const {
+  std::vector<nlohmann::json> triggerLines() const { return journalLines("triggers.jsonl"); }
+  // The lines of the journal .dump_metadata/`name`, parsed.
+  std::vector<nlohmann::json> journalLines(const std::string& name) const {
     std::vector<nlohmann::json> out;
-    const std::string text = fs_->readFile("rank_0/.dump_metadata/triggers.jsonl").value_or("");
+    const std::string text = fs_->readFile("rank_0/.dump_metadata/" + name).value_or("");
     for (size_t at = 0; at < text.size();) {
       const size_t end = text.find('\n', at);
       EXPECT_NE(end, std::string::npos) << "a line without its newline";

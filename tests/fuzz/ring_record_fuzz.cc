@@ -157,6 +157,15 @@ void readControlRecord(const RingConsumer::Record& r) {
     case v1::Control::kLoss:
       (void)ctl.loss().value();
       break;
+    case v1::Control::kReplicaMismatch: {
+      const v1::ReplicaMismatch& m = ctl.replica_mismatch();
+      touch(reinterpret_cast<const std::byte*>(m.tensor().data()), m.tensor().size());
+      uint64_t sum = 0;
+      for (uint64_t d : m.digests()) sum += d;
+      for (uint32_t rank : m.ranks()) sum += rank;
+      (void)sum;
+      break;
+    }
     case v1::Control::MSG_NOT_SET:
       break;
   }

@@ -30,6 +30,7 @@ from dumpd._dumpd import (  # noqa: F401  (re-exported API)
     DumpdError,
     __version__,
     cuda_unavailable_reason,
+    fingerprint,
 )
 
 #: The dtype names that appear in dump file names. "bfloat16", "int4" and "uint1" are raw
@@ -48,5 +49,6 @@ __all__ = [
     "DeviceArray",
     "DTYPES",
     "cuda_unavailable_reason",
+    "fingerprint",
     "__version__",
 ]

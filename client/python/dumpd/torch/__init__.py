@@ -69,6 +69,10 @@ more). At the first step mark after the model ran, one RuntimeWarning names the 
 modules that did not run. A ``torch.compile`` wrapper is named as the module it wraps, so
 names do not depend on whether the model was compiled before or after attach().
 
+Replicas: ``check_replicas(model, optimizer, client)`` compares the gradients and parameters
+of a data-parallel model across the ranks of its process group on every optimizer step and
+reports tensors whose replicas differ, the mark of silent data corruption (docs/replicas.md).
+
 Errors: by default a DaemonError (daemon gone, session ended) raised in a hook propagates
 out of the model's forward or backward. ``attach(..., errors="warn")`` (and the same option
 of :func:`step`/:func:`steps`) turns it into one RuntimeWarning and stops dumping, so a
@@ -80,11 +84,14 @@ from __future__ import annotations
 
 from dumpd.torch._attach import AttachHandle, attach, op_names
 from dumpd.torch._items import _DEVICE_DTYPES  # noqa: F401  (tests/gpu builds DeviceArrays with it)
+from dumpd.torch._replicas import Mismatch, ReplicaCheck, check_replicas
 from dumpd.torch._steps import StepScope, step, steps
 
-__all__ = ["attach", "AttachHandle", "op_names", "step", "steps", "StepScope"]
+__all__ = ["attach", "AttachHandle", "op_names", "step", "steps", "StepScope",
+           "check_replicas", "ReplicaCheck", "Mismatch"]
 
 # The public names are documented (help(), repr) where users import them from.
-for _public in (attach, AttachHandle, op_names, step, steps, StepScope):
+for _public in (attach, AttachHandle, op_names, step, steps, StepScope, check_replicas,
+                ReplicaCheck, Mismatch):
     _public.__module__ = __name__
 del _public

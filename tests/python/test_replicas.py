@@ -1,0 +1,108 @@
+"""dumpd.torch.check_replicas on real ranks: torch.distributed over gloo, world size 4, two
+dumpd daemons standing for two nodes (ranks 0-1 on one, 2-3 on the other), a small DDP model
+trained with SGD. One bit of one rank's parameter (or gradient) is flipped; every rank finds
+the mismatch at that step or the next, names the tensor, the step and the rank; each daemon
+journals it (replicas.jsonl), fires the flight recorder (triggers.jsonl, kind
+replica_mismatch), and writes the parameter's value, in which exactly the flipped element
+differs between the faulty rank and a healthy one. With no fault nothing is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed for this interpreter")
+import torch.distributed as dist  # noqa: E402
+
+from conftest import dump_files, make_config, start_daemon, stop_daemon  # noqa: E402
+
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("this torch has no gloo backend", allow_module_level=True)
+
+WORKER = Path(__file__).with_name("replica_worker.py")
+WORLD = 4
+FLIP_INDEX = (3, 5)
+
+
+@pytest.fixture(scope="module")
+def daemons():
+    a, b = start_daemon(), start_daemon()
+    yield a, b
+    stop_daemon(a)
+    stop_daemon(b)
+
+
+def run_ranks(tmp_path: Path, daemons, steps: int, fault_step: int, fault: str):
+    cfg = json.loads(make_config(tmp_path, iteration="none").read_text())
+    cfg["flight_recorder"] = {"steps": 2, "after_steps": 0, "triggers": ["replica_mismatch"]}
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps(cfg))
+    init = tmp_path / "init"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(
+        [sys.executable, str(WORKER), str(rank), str(WORLD), str(init),
+         daemons[0 if rank < 2 else 1].socket, str(config), str(steps), str(fault_step), "3",
+         fault], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(WORLD)]
+    found = []
+    for rank, p in enumerate(procs):
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, f"rank {rank}:\n{err[-3000:]}"
+        found.append(json.loads(out.strip().splitlines()[-1]))
+    return tmp_path / "dump", found
+
+
+def journal(root: Path, rank: int, name: str):
+    path = root / f"rank_{rank}" / ".dump_metadata" / name
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def replica_value(root: Path, rank: int) -> np.ndarray:
+    files = [f for f in dump_files(root)
+             if f.rank == rank and f.op_type == "Replica" and "fc1_weight" in f.op_name]
+    assert len(files) == 1, [str(f.path) for f in dump_files(root)]
+    return files[0].load()
+
+
+def test_a_flipped_parameter_bit_is_found_on_every_rank_with_its_evidence(tmp_path, daemons):
+    root, found = run_ranks(tmp_path, daemons, steps=40, fault_step=30, fault="param")
+    for rank in range(WORLD):
+        # Flipped after step 30's check: step 31's parameters differ.
+        assert found[rank] == [{"step": 31, "tensor": "param:fc1.weight", "ranks": [3]}], rank
+        lines = journal(root, rank, "replicas.jsonl")
+        assert [(x["tensor"], x["iteration"], [d["rank"] for d in x["differing"]])
+                for x in lines] == [("param:fc1.weight", 31, [3])], rank
+        assert lines[0]["group_size"] == WORLD
+        triggers = journal(root, rank, "triggers.jsonl")
+        assert [t["kind"] for t in triggers] == ["replica_mismatch"], rank
+        assert triggers[0]["replicas"]["tensor"] == "param:fc1.weight"
+        assert "rank 3 of 4 differs" in triggers[0]["reason"]
+    # The evidence: the parameter as rank 3 and a healthy rank hold it.
+    bad, good = replica_value(root, 3), replica_value(root, 0)
+    differ = np.argwhere(bad != good)
+    assert differ.tolist() == [list(FLIP_INDEX)], differ
+    assert np.array_equal(replica_value(root, 1), good)
+
+
+def test_a_gradient_corrupted_after_the_all_reduce_is_found_that_step(tmp_path, daemons):
+    root, found = run_ranks(tmp_path, daemons, steps=30, fault_step=20, fault="grad")
+    for rank in range(WORLD):
+        # The gradient, and the parameter the step then computed from it.
+        assert found[rank] == [{"step": 20, "tensor": "grad:fc1.weight", "ranks": [3]},
+                               {"step": 20, "tensor": "param:fc1.weight", "ranks": [3]}], rank
+        assert len(journal(root, rank, "replicas.jsonl")) == 2
+
+
+def test_without_a_fault_nothing_is_reported(tmp_path, daemons):
+    root, found = run_ranks(tmp_path, daemons, steps=2000, fault_step=-1, fault="none")
+    assert found == [[]] * WORLD
+    for rank in range(WORLD):
+        assert journal(root, rank, "replicas.jsonl") == []
+        assert journal(root, rank, "triggers.jsonl") == []
