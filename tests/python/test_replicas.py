@@ -106,3 +106,62 @@ def test_without_a_fault_nothing_is_reported(tmp_path, daemons):
     for rank in range(WORLD):
         assert journal(root, rank, "replicas.jsonl") == []
         assert journal(root, rank, "triggers.jsonl") == []
+
+
+def rss_anon(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon")
+
+
+def test_forged_reports_reach_only_their_own_session_and_hold_no_memory(tmp_path, daemons):
+    import threading
+
+    import dumpd
+
+    daemon = daemons[0]
+    (tmp_path / "benign").mkdir()
+    (tmp_path / "hostile").mkdir()
+    cfg = json.loads(make_config(tmp_path / "benign", iteration="none").read_text())
+    cfg["flight_recorder"] = {"steps": 2, "after_steps": 0}  # every trigger kind
+    benign_config = tmp_path / "benign" / "job.json"
+    benign_config.write_text(json.dumps(cfg))
+    benign = dumpd.Client(str(benign_config), socket=daemon.socket, rank=0)
+    benign.set_step(0)
+    benign.dump("Add", "a", "output", 0, np.ones(4, np.float32))
+    benign.flush()
+    hostile = dumpd.Client(str(make_config(tmp_path / "hostile")), socket=daemon.socket, rank=1)
+    base = rss_anon(daemon.proc.pid)
+    peak = [base]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_anon(daemon.proc.pid))
+            done.wait(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    digests = list(range(4096))
+    ranks = list(range(0, 4096, 2))  # half of a group of 4096 differs
+    name = "param:" + "w" * 4000
+    for i in range(3000):
+        hostile.report_replica_mismatch(i, name, ranks, digests)
+    hostile.flush()
+    done.set()
+    sampler.join()
+    hostile.close()
+    benign.set_step(1)
+    benign.close()
+    growth = peak[0] - base
+    assert growth < 48 << 20, f"dumpd's RssAnon grew by {growth >> 20} MiB"
+    # The benign job's recorder did not fire; the hostile job's reports stayed its own.
+    assert journal(tmp_path / "benign" / "dump", 0, "triggers.jsonl") == []
+    assert journal(tmp_path / "benign" / "dump", 0, "replicas.jsonl") == []
+    # Its journal stops at the job's journal_bytes (16 MiB): 3000 lines of 6.7 KB do not fit.
+    path = tmp_path / "hostile" / "dump" / "rank_1" / ".dump_metadata" / "replicas.jsonl"
+    assert path.stat().st_size <= 16 << 20
+    lines = journal(tmp_path / "hostile" / "dump", 1, "replicas.jsonl")
+    assert 0 < len(lines) < 3000
+    assert all(len(x["differing"]) == 64 and x["differing_count"] == 2048 for x in lines)
