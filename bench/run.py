@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node", "torch2")
+SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node", "torch2",
+            "replicas")
 
 
 class Daemon:
@@ -263,6 +264,19 @@ def main():
     # Python client and the PyTorch training overhead.
     env = dict(os.environ, PYTHONPATH=str(build / "python"))
     has_python = (build / "python" / "dumpd" / "__init__.py").exists()
+    if has_python and "replicas" in want:
+        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
+            d = Daemon(str(bins / "dumpd"), work)
+            try:
+                lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "replica_bench.py"),
+                                        "--socket", d.socket, "--dir", work, *quick], env=env)
+            finally:
+                d.stop()
+        for l in lines:
+            row("15. DDP step (2 gloo ranks, 4x1024 MLP), check_replicas every step vs unchecked",
+                l["step_s_checked"], l["step_s_unchecked"], l["ratio"], "<= 1.03", "s/step")
+            results.setdefault("replicas", []).append(l)
+
     if has_python and "python" in want:
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
             d = Daemon(str(bins / "dumpd"), work)
