@@ -201,6 +201,9 @@ class Client {
   bool shouldDump(std::string_view op_name, Io io, bool marked = false);
   // True when the current step and device are selected at all (cheap per-step gate).
   bool stepSelected() const;
+  // The replica check period an operator set (dumpctl control --replica-every), applied at a
+  // step mark like every runtime change; 0 while none was set (docs/replicas.md).
+  uint32_t replicaEvery() const;
 
   // Copies the op's selected tensors into the ring as one record. Returns true when a
   // record was committed (or, with CUDA tensors, enqueued: it is committed when its device

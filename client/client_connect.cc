@@ -183,4 +183,6 @@ uint32_t Client::rank() const { return impl_->rank; }
 uint32_t Client::device() const { return impl_->device; }
 bool Client::stepSelected() const { return impl_->step_selected; }
 
+uint32_t Client::replicaEvery() const { return impl_->replica_every; }
+
 }  // namespace dumpd::client

@@ -40,6 +40,7 @@ struct Client::Impl {
   uint64_t selection_generation = 0;
   bool paused = false;
   bool recorder_on = true;
+  uint32_t replica_every = 0;  // dumpctl control --replica-every; 0: not set
   std::optional<v1::SelectionUpdate> pending_selection;
   std::optional<config::Filter> filter;
   uint32_t rank = 0;
@@ -176,6 +177,7 @@ struct Client::Impl {
       filter->setIterations(std::move(set).value());
       paused = u.paused();
       recorder_on = u.recorder_on();
+      replica_every = u.replica_every();
       selection_generation = u.generation();
     }
     pending_selection.reset();

@@ -424,6 +424,7 @@ void DumpSession::fillStatus(v1::SessionStatus* out) const {
   out->set_selection_changed(sel.generation != 0);
   out->set_selection_changed_by(sel.changed_by);
   out->set_paused(sel.paused);
+  out->set_replica_every(sel.replica_every);
   out->set_journal_lines_refused(d.journalLinesRefused());
 }
 

@@ -12,6 +12,15 @@
 #include "daemon/log_escape.h"
 
 namespace dumpd::daemon {
+namespace {
+
+std::string replicaText(const Selection& s) {
+  return s.replica_every == 0
+             ? std::string()
+             : ", replicas checked every " + std::to_string(s.replica_every) + " steps";
+}
+
+}  // namespace
 
 std::string DumpSession::netName() const {
   auto info = info_.load();
@@ -82,6 +91,7 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change,
   u->set_iteration(s.iteration);
   u->set_paused(s.paused);
   u->set_recorder_on(s.recorder_on);
+  u->set_replica_every(s.replica_every);
   if (auto o = owner_.lock()) o->send(update);
   // The session thread journals it (control.jsonl): no file I/O here.
   operator_pending_.store(true, std::memory_order_release);
@@ -90,12 +100,13 @@ Result<std::string> DumpSession::control(const v1::ControlChange& change,
       uid ? "uid " + std::to_string(*uid) : "dumpd (" + std::string(reason) + ")";
   logCommand(who + " changed the selection (generation " + std::to_string(s.generation) +
              "): iteration \"" + escapeForLog(cutUtf8(s.iteration, 256)) + "\"" +
-             (s.paused ? ", paused" : "") + (s.recorder_on ? "" : ", recorder off"));
+             (s.paused ? ", paused" : "") + (s.recorder_on ? "" : ", recorder off") +
+             replicaText(s));
   return "session " + std::to_string(id_) + ": iteration \"" + s.iteration + "\"" +
          (s.paused ? ", paused" : "") +
          (drain_->plan().flight_recorder ? (s.recorder_on ? ", recorder on" : ", recorder off")
                                          : "") +
-         " from the client's next step";
+         replicaText(s) + " from the client's next step";
 }
 
 void DumpSession::logCommand(const std::string& line) {

@@ -10,6 +10,7 @@ namespace {
 
 nlohmann::json toJson(const Selection& s) {
   nlohmann::json j = {{"paused", s.paused}, {"recorder_on", s.recorder_on}};
+  if (s.replica_every != 0) j["replica_every"] = s.replica_every;
   if (s.iteration.size() <= RuntimeSelection::kMaxJournalIterationBytes) {
     j["iteration"] = s.iteration;
     return j;
@@ -37,6 +38,9 @@ std::string unchanged(const v1::ControlChange& change, const Selection& old) {
   }
   if (change.has_recorder_on()) {
     add(std::string("the flight recorder is already ") + (old.recorder_on ? "on" : "off"));
+  }
+  if (change.has_replica_every()) {
+    add("replicas are already checked every " + std::to_string(old.replica_every) + " steps");
   }
   return out;
 }
@@ -82,7 +86,14 @@ Result<Selection> RuntimeSelection::change(const v1::ControlChange& change,
                      "the job has no flight recorder to turn on or off (the job config's "
                      "flight_recorder)");
   }
-  if (!change.has_iteration() && !change.has_paused() && !change.has_recorder_on()) {
+  if (change.has_replica_every() &&
+      (change.replica_every() == 0 || change.replica_every() > kMaxReplicaEvery)) {
+    return makeError(ErrorCode::kInvalidConfig,
+                     "--replica-every must be 1 .. " + std::to_string(kMaxReplicaEvery) +
+                         " optimizer steps, not " + std::to_string(change.replica_every()));
+  }
+  if (!change.has_iteration() && !change.has_paused() && !change.has_recorder_on() &&
+      !change.has_replica_every()) {
     return makeError(ErrorCode::kInvalidArgument, "nothing to change");
   }
   MutexLock lock(&mu_);
@@ -96,8 +107,9 @@ Result<Selection> RuntimeSelection::change(const v1::ControlChange& change,
   }
   if (change.has_paused()) next.paused = change.paused();
   if (change.has_recorder_on()) next.recorder_on = change.recorder_on();
+  if (change.has_replica_every()) next.replica_every = change.replica_every();
   if (next.iteration == old.iteration && next.paused == old.paused &&
-      next.recorder_on == old.recorder_on) {
+      next.recorder_on == old.recorder_on && next.replica_every == old.replica_every) {
     return makeError(ErrorCode::kInvalidArgument, "nothing to change: " + unchanged(change, old));
   }
   next.changed_by = uid ? "uid " + std::to_string(*uid) : "dumpd (" + std::string(reason) + ")";

@@ -1,5 +1,6 @@
 // What an operator changed of a running job (dumpctl control, docs/recorder.md): the
-// iteration selection, pause, and the flight recorder on or off. Each change is a new
+// iteration selection, pause, the flight recorder on or off, and how often the job checks its
+// replicas. Each change is a new
 // generation; the daemon sends it to the client (SelectionUpdate), and the client names the
 // generation it applied in its next StepMark, where the drain switches too (find()).
 //
@@ -35,6 +36,9 @@ struct Selection {
   std::shared_ptr<const config::IterationSet> iterations;
   bool paused = false;
   bool recorder_on = true;
+  // dumpctl control --replica-every: the replica check's period the job's ranks agree on
+  // (docs/replicas.md); 0: the job's own.
+  uint32_t replica_every = 0;
   // The client's ring position (bytes committed) when dumpd sent it: step marks that end
   // past it were written after.
   uint64_t sent_at = 0;
@@ -74,6 +78,8 @@ class RuntimeSelection {
   std::vector<std::string> takeJournal();
 
   static constexpr size_t kMaxKept = 64;
+  // The longest replica check period dumpctl control may set.
+  static constexpr uint32_t kMaxReplicaEvery = 1000000;
   // An iteration list dumpctl control may set: its text and its ranges once merged.
   static constexpr size_t kMaxIterationBytes = 64 << 10;
   static constexpr size_t kMaxIterationRanges = 4096;

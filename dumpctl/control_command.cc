@@ -1,5 +1,7 @@
 #include "dumpctl/control_command.h"
 
+#include <charconv>
+
 #include "config/iteration_set.h"
 
 namespace dumpd::dumpctl {
@@ -32,15 +34,27 @@ int runControlCommand(const std::vector<std::string_view>& args, const std::stri
         return usage("--recorder needs on or off");
       }
       change->set_recorder_on(args[++i] == "on");
+    } else if (a == "--replica-every") {
+      uint32_t n = 0;
+      const std::string_view v = i + 1 < args.size() ? args[i + 1] : std::string_view();
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n == 0) {
+        return usage("--replica-every needs a number of optimizer steps, at least 1");
+      }
+      ++i;
+      change->set_replica_every(n);
     } else {
       selector.push_back(a);
     }
   }
   // The selector first: an unknown option is named whatever else is on the line.
-  auto sel = parseSessionSelector(selector, {"--iteration", "--pause", "--resume", "--recorder"});
+  auto sel = parseSessionSelector(
+      selector, {"--iteration", "--pause", "--resume", "--recorder", "--replica-every"});
   if (!sel) return usage(sel.error().message);
-  if (!change->has_iteration() && !change->has_paused() && !change->has_recorder_on()) {
-    return usage("nothing to change: give --iteration, --pause, --resume or --recorder");
+  if (!change->has_iteration() && !change->has_paused() && !change->has_recorder_on() &&
+      !change->has_replica_every()) {
+    return usage(
+        "nothing to change: give --iteration, --pause, --resume, --recorder or --replica-every");
   }
   *cmd.mutable_target() = sel.value();
   return sendSessionCommand(socket, cmd, "control", out, err);

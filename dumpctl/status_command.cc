@@ -119,6 +119,7 @@ nlohmann::json statusToJson(const v1::StatusReply& r) {
     o["selection_changed"] = s.selection_changed();
     o["selection_changed_by"] = s.selection_changed_by();
     o["paused"] = s.paused();
+    o["replica_every"] = s.replica_every();
     o["journal_lines_refused"] = s.journal_lines_refused();
     o["replica_mismatches"] = s.replica_mismatches();
     o["last_replica_mismatch"] = s.last_replica_mismatch();
@@ -239,7 +240,9 @@ std::string statusToTable(const v1::StatusReply& r) {
         out << "     selection (changed at runtime";
         if (!s.selection_changed_by().empty()) out << " by " << printable(s.selection_changed_by());
         out << "): iteration \"" << printable(s.selection()) << "\""
-            << (s.paused() ? ", paused" : "") << "\n";
+            << (s.paused() ? ", paused" : "");
+        if (s.replica_every() != 0) out << ", replicas checked every " << s.replica_every();
+        out << "\n";
       }
       if (s.has_recorder()) out << recorderLine(s.recorder());
       if (s.replica_mismatches() != 0) {

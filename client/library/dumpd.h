@@ -9,3 +9,4 @@
 #pragma once
 
 #include "dumpd/client/client.h"
+#include "dumpd/client/replicas.h"

@@ -19,6 +19,7 @@
 #include "client/python/errors.h"
 #include "client/python/host_buffer.h"
 #include "client/python/py_client.h"
+#include "client/replicas.h"
 
 namespace dumpd::python {
 namespace {
@@ -173,6 +174,28 @@ PYBIND11_MODULE(_dumpd, m) {
       "replicas on any rank and machine (docs/replicas.md). Not a cryptographic hash. A "
       "torch bfloat16 tensor goes through t.view(torch.int16): the same bytes.");
 
+  m.def(
+      "compare_replicas",
+      [](py::handle table, size_t ranks, size_t tensors) {
+        HeldBuffer b;
+        b.acquire(table, "table");
+        if (b.view().itemsize != 8) throw py::type_error("table must hold 64-bit digests");
+        const std::span<const uint64_t> digests(static_cast<const uint64_t*>(b.view().buf),
+                                                static_cast<size_t>(b.view().len) / 8);
+        auto verdicts = dumpd::client::compareReplicas(digests, ranks, tensors);
+        if (!verdicts) throw py::value_error(verdicts.error().message);
+        py::list out;
+        for (const auto& v : verdicts.value()) {
+          out.append(py::make_tuple(v.tensor, v.majority, v.majority_digest, v.ranks));
+        }
+        return out;
+      },
+      py::arg("table"), py::arg("ranks"), py::arg("tensors"),
+      "Compares gathered replica digests: `table` holds `ranks` rows of `tensors` 64-bit "
+      "digests (row r: group rank r's). Returns (tensor, majority, majority_digest, ranks) for "
+      "each tensor whose digests differ: `ranks` are those that differ from the majority, or "
+      "every rank when no digest is held by more than half (docs/replicas.md).");
+
   py::class_<PyClient>(m, "Client", kClientDoc)
       .def(py::init(&PyClient::create), py::arg("config") = py::none(),
            py::arg("socket") = py::none(), py::arg("rank") = py::none(),
@@ -264,6 +287,9 @@ PYBIND11_MODULE(_dumpd, m) {
           py::arg("exc_type"), py::arg("exc"), py::arg("tb"))
       .def_property_readonly("step_selected", &PyClient::stepSelected,
                              "True when the current iteration and device are selected at all.")
+      .def_property_readonly("replica_every", &PyClient::replicaEvery,
+                             "The replica check period an operator set with dumpctl control "
+                             "--replica-every (from the step mark after it), or None.")
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("rank", &PyClient::rank)
       .def_property_readonly("device", &PyClient::device)

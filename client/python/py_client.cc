@@ -191,6 +191,11 @@ bool PyClient::stepSelected() {
   return lockedFast([](client::Client& c) { return c.stepSelected(); });
 }
 
+std::optional<uint32_t> PyClient::replicaEvery() {
+  const uint32_t every = lockedFast([](client::Client& c) { return c.replicaEvery(); });
+  return every == 0 ? std::nullopt : std::optional<uint32_t>(every);
+}
+
 bool PyClient::dump(const std::string& op_type, const std::string& op_name, const std::string& io,
                     int64_t slot, py::handle array, std::optional<std::string> dtype,
                     const std::string& format, int64_t task_id, int64_t stream_id, bool marked,

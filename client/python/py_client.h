@@ -50,6 +50,7 @@ class PyClient {
   void prepareCuda(int64_t device);
   bool shouldDump(const std::string& op_name, const std::string& io, bool marked);
   bool stepSelected();
+  std::optional<uint32_t> replicaEvery();
   bool dump(const std::string& op_type, const std::string& op_name, const std::string& io,
             int64_t slot, py::handle array, std::optional<std::string> dtype,
             const std::string& format, int64_t task_id, int64_t stream_id, bool marked,

@@ -129,6 +129,36 @@ TEST(RuntimeSelection, AClientIsBoundToTheNewestChangeSentBeforeAPosition) {
   EXPECT_EQ(r.boundBefore(5001), 2u);
 }
 
+TEST(RuntimeSelection, TheReplicaPeriodIsKeptCheckedAndJournalled) {
+  RuntimeSelection r(initial(), false);
+  v1::ControlChange every;
+  every.set_replica_every(10);
+  auto next = r.change(every, 0, 1);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next.value().replica_every, 10u);
+  next = r.change(pauseChange(true), 0, 2);  // not named: kept
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next.value().replica_every, 10u);
+  auto same = r.change(every, 0, 3);
+  ASSERT_FALSE(same);
+  EXPECT_NE(same.error().message.find("replicas are already checked every 10 steps"),
+            std::string::npos);
+  for (uint32_t bad : {0u, RuntimeSelection::kMaxReplicaEvery + 1}) {
+    v1::ControlChange c;
+    c.set_replica_every(bad);
+    auto refused = r.change(c, 0, 4);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().code, ErrorCode::kInvalidConfig);
+    EXPECT_NE(refused.error().message.find("--replica-every must be 1 .. 1000000"),
+              std::string::npos);
+  }
+  const std::vector<std::string> lines = r.takeJournal();
+  ASSERT_EQ(lines.size(), 2u);
+  const auto first = nlohmann::json::parse(lines[0]);
+  EXPECT_FALSE(first["old"].contains("replica_every"));
+  EXPECT_EQ(first["new"]["replica_every"], 10);
+}
+
 TEST(RuntimeSelection, NothingToChangeIsRefused) {
   RuntimeSelection r(initial(), false);
   auto none = r.change(v1::ControlChange(), 0, 1);

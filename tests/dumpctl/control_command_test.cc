@@ -134,6 +134,16 @@ TEST_F(ControlCommandTest, TheRecorderIsTurnedOffOrOn) {
   EXPECT_FALSE(c.has_paused());
 }
 
+TEST_F(ControlCommandTest, TheReplicaPeriodTravelsAlone) {
+  daemon_.answer(replyWith("ok"));
+  EXPECT_EQ(run({"3", "--replica-every", "25"}), 0) << err_.str();
+  const v1::ControlChange c = sent();
+  ASSERT_TRUE(c.has_replica_every());
+  EXPECT_EQ(c.replica_every(), 25u);
+  EXPECT_FALSE(c.has_paused());
+  EXPECT_FALSE(c.has_iteration());
+}
+
 TEST_F(ControlCommandTest, TheDaemonsRefusalIsPrintedWithExitOne) {
   v1::Envelope refusal;
   refusal.mutable_error()->set_message("session 3 is not yours");
@@ -155,6 +165,13 @@ TEST_F(ControlCommandTest, BadArgumentsAreRefusedBeforeAnyConnection) {
   err_.str("");
   EXPECT_EQ(run({"3", "--recorder", "maybe"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("--recorder needs on or off"));
+  err_.str("");
+  for (const char* bad : {"0", "-1", "5x", "99999999999"}) {
+    EXPECT_EQ(run({"3", "--replica-every", bad}), 2) << bad;
+    EXPECT_THAT(err_.str(), HasSubstr("--replica-every needs a number of optimizer steps"));
+    err_.str("");
+  }
+  EXPECT_EQ(run({"3", "--replica-every"}), 2);
   err_.str("");
   // An unknown option is named, with the nearest known one, whatever else is on the line.
   EXPECT_EQ(run({"19", "--iterations", "10-14"}), 2);

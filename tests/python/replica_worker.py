@@ -1,14 +1,25 @@
-"""One rank of tests/python/test_replicas.py: a small DDP model trained with SGD over gloo,
-checked by dumpd.torch.check_replicas, with a fault injected on one rank.
+"""One rank of tests/python/test_replicas.py, checked by dumpd.torch.check_replicas with a
+fault injected on one rank.
 
-argv: rank world init_file socket config steps fault_step fault_rank fault
-fault: "param" flips one bit of a parameter after the optimizer step; "grad" flips one bit
-of a gradient after the all-reduce (before the step); "none".
-Prints one JSON line: the mismatches this rank found.
+argv: rank world options, options a JSON object:
+  init, socket, config, steps: the process group's file, dumpd's socket, the job config,
+      the number of optimizer steps;
+  fault ("param": one bit of a parameter flipped after the optimizer step; "grad": of a
+      gradient after the all-reduce, before the step; "none"), fault_step, fault_rank;
+  model: "dp" (a small DDP model trained with SGD, every gradient and parameter checked) or
+      "tp" (the BLOOM case: a layer norm both ranks replicate, its gradients all-reduced over
+      the tensor-parallel group, before a linear layer each rank holds a different shard of;
+      only the layer norm checked, labelled "tp");
+  digests: check_replicas' digests option ("auto", "torch");
+  pause_step, go_file (optional): rank 0 waits before that step until go_file exists (an
+      operator changes the job meanwhile).
+Prints one JSON line: the mismatches this rank found, and the period in force at the end.
 """
 
 import json
+import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -21,44 +32,70 @@ FLIP_INDEX = (3, 5)  # of fc1.weight
 FLIP_BIT = 20        # a mantissa bit: the value stays finite and close
 
 
-def flip(t: torch.Tensor) -> None:
+def flip(t: torch.Tensor, index) -> None:
     bits = t.data.view(torch.int32)
-    bits[FLIP_INDEX] ^= 1 << FLIP_BIT
+    bits[index] ^= 1 << FLIP_BIT
 
 
-def main() -> None:
-    rank, world = int(sys.argv[1]), int(sys.argv[2])
-    init_file, socket, config = sys.argv[3], sys.argv[4], sys.argv[5]
-    steps, fault_step, fault_rank, fault = (int(sys.argv[6]), int(sys.argv[7]),
-                                            int(sys.argv[8]), sys.argv[9])
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
-                            world_size=world)
+def dp_model(rank: int):
     torch.manual_seed(0)  # the same initial weights on every rank
     model = nn.Sequential()  # fc1, act, fc2: readable parameter names
     model.add_module("fc1", nn.Linear(16, 32))
     model.add_module("act", nn.ReLU())
     model.add_module("fc2", nn.Linear(32, 4))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    client = dumpd.Client(config, socket=socket, rank=rank)
-    check = dumpd.torch.check_replicas(model, opt, client)
-    data = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
-    for step in range(steps):
+    return model, nn.parallel.DistributedDataParallel(model), model.fc1.weight, FLIP_INDEX
+
+
+def tp_model(rank: int):
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("ln", nn.LayerNorm(16))
+    model.add_module("shard", nn.Linear(16, 8))
+    with torch.no_grad():  # each rank its own shard
+        model.shard.weight.copy_(torch.randn(8, 16, generator=torch.Generator().manual_seed(rank)))
+    return model, model, model.ln.weight, (5,)
+
+
+def main() -> None:
+    rank, world, o = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    dist.init_process_group("gloo", init_method="file://" + o["init"], rank=rank,
+                            world_size=world)
+    tp = o.get("model", "dp") == "tp"
+    model, net, target, index = (tp_model if tp else dp_model)(rank)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    client = dumpd.Client(o["config"], socket=o["socket"], rank=rank)
+    if tp:
+        check = dumpd.torch.check_replicas(model, opt, client, names=["ln.weight", "ln.bias"],
+                                           gradients=False, label="tp",
+                                           digests=o.get("digests", "auto"))
+    else:
+        check = dumpd.torch.check_replicas(model, opt, client, digests=o.get("digests", "auto"))
+    # Tensor-parallel ranks see the same batch; data-parallel ranks each their own.
+    data = torch.Generator().manual_seed(100 + (0 if tp else rank))
+    fault, fault_step, fault_rank = o["fault"], o["fault_step"], o["fault_rank"]
+    for step in range(o["steps"]):
+        if rank == 0 and step == o.get("pause_step"):
+            while not os.path.exists(o["go_file"]):
+                time.sleep(0.01)
         client.set_step(step)
         x = torch.randn(8, 16, generator=data)
-        loss = ddp(x).square().mean()
+        loss = net(x).square().mean()
         opt.zero_grad()
         loss.backward()
+        if tp:  # Megatron's sequence-parallel rule: replicated parameters' gradients summed
+            for p in model.ln.parameters():
+                dist.all_reduce(p.grad)
         if fault == "grad" and step == fault_step and rank == fault_rank:
-            flip(model.fc1.weight.grad)
+            flip(target.grad, index)
         opt.step()
         if fault == "param" and step == fault_step and rank == fault_rank:
             with torch.no_grad():
-                flip(model.fc1.weight)
+                flip(target, index)
     check.finish()
     client.close()
-    print(json.dumps([{"step": m.step, "tensor": m.tensor, "ranks": m.ranks}
-                      for m in check.mismatches]))
+    print(json.dumps({"mismatches": [{"step": m.step, "tensor": m.tensor, "ranks": m.ranks,
+                                      "majority": m.majority} for m in check.mismatches],
+                      "every": check.every}))
     dist.destroy_process_group()
 
 

@@ -67,3 +67,15 @@ def test_torch_tensors_and_their_numpy_views_agree():
 def test_what_is_not_an_array_is_a_type_error():
     with pytest.raises(TypeError):
         dumpd.fingerprint(object())
+
+
+def test_compare_replicas_names_the_ranks_that_differ():
+    table = np.array([[1, 7], [1, 7], [1, 8], [1, 7]], dtype=np.uint64)  # 4 ranks x 2 tensors
+    assert dumpd.compare_replicas(table, 4, 2) == [(1, True, 7, [2])]
+    two = np.array([[5], [6]], dtype=np.int64)  # two replicas that differ: no majority
+    assert dumpd.compare_replicas(two, 2, 1) == [(0, False, 0, [0, 1])]
+    assert dumpd.compare_replicas(np.full((3, 4), -1, dtype=np.int64), 3, 4) == []
+    with pytest.raises(ValueError, match="the digest table has 8 digests, not 3 ranks x 2"):
+        dumpd.compare_replicas(table, 3, 2)
+    with pytest.raises(TypeError, match="64-bit digests"):
+        dumpd.compare_replicas(np.zeros((2, 2), dtype=np.int32), 2, 2)

@@ -5,6 +5,9 @@ the mismatch at that step or the next, names the tensor, the step and the rank; 
 journals it (replicas.jsonl), fires the flight recorder (triggers.jsonl, kind
 replica_mismatch), and writes the parameter's value, in which exactly the flipped element
 differs between the faulty rank and a healthy one. With no fault nothing is reported.
+The same for a gradient digested by torch operations (the device path), for a layer norm two
+tensor-parallel ranks of one node replicate (the BLOOM case), and after `dumpctl control
+--replica-every` changed the period of a running job.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed for this interpreter")
 import torch.distributed as dist  # noqa: E402
 
-from conftest import dump_files, make_config, start_daemon, stop_daemon  # noqa: E402
+from conftest import (dump_files, make_config, start_daemon, stop_daemon,  # noqa: E402
+                      wait_for)
 
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch has no gloo backend", allow_module_level=True)
@@ -39,24 +43,36 @@ def daemons():
     stop_daemon(b)
 
 
-def run_ranks(tmp_path: Path, daemons, steps: int, fault_step: int, fault: str):
+def run_ranks(tmp_path: Path, daemons, steps: int, fault_step: int, fault: str,
+              world: int = WORLD, fault_rank: int = 3, during=None, **options):
+    """Runs `world` ranks (the first half on daemons[0], the rest on daemons[1]); `during`,
+    if given, runs while they do. Returns the dump root and each rank's printed result."""
     cfg = json.loads(make_config(tmp_path, iteration="none").read_text())
     cfg["flight_recorder"] = {"steps": 2, "after_steps": 0, "triggers": ["replica_mismatch"]}
     config = tmp_path / "job.json"
     config.write_text(json.dumps(cfg))
-    init = tmp_path / "init"
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    common = dict(init=str(tmp_path / "init"), config=str(config), steps=steps,
+                  fault=fault, fault_step=fault_step, fault_rank=fault_rank, **options)
+    half = (world + 1) // 2
     procs = [subprocess.Popen(
-        [sys.executable, str(WORKER), str(rank), str(WORLD), str(init),
-         daemons[0 if rank < 2 else 1].socket, str(config), str(steps), str(fault_step), "3",
-         fault], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for rank in range(WORLD)]
-    found = []
+        [sys.executable, str(WORKER), str(rank), str(world), json.dumps(
+            dict(common, socket=daemons[0 if rank < half else 1].socket))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(world)]
+    if during is not None:
+        during()
+    results = []
     for rank, p in enumerate(procs):
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, f"rank {rank}:\n{err[-3000:]}"
-        found.append(json.loads(out.strip().splitlines()[-1]))
-    return tmp_path / "dump", found
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return tmp_path / "dump", results
+
+
+def found_by(results):
+    return [[{k: m[k] for k in ("step", "tensor", "ranks")} for m in r["mismatches"]]
+            for r in results]
 
 
 def journal(root: Path, rank: int, name: str):
@@ -64,15 +80,16 @@ def journal(root: Path, rank: int, name: str):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def replica_value(root: Path, rank: int) -> np.ndarray:
+def replica_value(root: Path, rank: int, name: str = "fc1_weight") -> np.ndarray:
     files = [f for f in dump_files(root)
-             if f.rank == rank and f.op_type == "Replica" and "fc1_weight" in f.op_name]
+             if f.rank == rank and f.op_type == "Replica" and name in f.op_name]
     assert len(files) == 1, [str(f.path) for f in dump_files(root)]
     return files[0].load()
 
 
 def test_a_flipped_parameter_bit_is_found_on_every_rank_with_its_evidence(tmp_path, daemons):
-    root, found = run_ranks(tmp_path, daemons, steps=40, fault_step=30, fault="param")
+    root, results = run_ranks(tmp_path, daemons, steps=40, fault_step=30, fault="param")
+    found = found_by(results)
     for rank in range(WORLD):
         # Flipped after step 30's check: step 31's parameters differ.
         assert found[rank] == [{"step": 31, "tensor": "param:fc1.weight", "ranks": [3]}], rank
@@ -92,7 +109,10 @@ def test_a_flipped_parameter_bit_is_found_on_every_rank_with_its_evidence(tmp_pa
 
 
 def test_a_gradient_corrupted_after_the_all_reduce_is_found_that_step(tmp_path, daemons):
-    root, found = run_ranks(tmp_path, daemons, steps=30, fault_step=20, fault="grad")
+    # Digested by torch operations, as tensors on a device are.
+    root, results = run_ranks(tmp_path, daemons, steps=30, fault_step=20, fault="grad",
+                              digests="torch")
+    found = found_by(results)
     for rank in range(WORLD):
         # The gradient, and the parameter the step then computed from it.
         assert found[rank] == [{"step": 20, "tensor": "grad:fc1.weight", "ranks": [3]},
@@ -101,11 +121,61 @@ def test_a_gradient_corrupted_after_the_all_reduce_is_found_that_step(tmp_path, 
 
 
 def test_without_a_fault_nothing_is_reported(tmp_path, daemons):
-    root, found = run_ranks(tmp_path, daemons, steps=2000, fault_step=-1, fault="none")
-    assert found == [[]] * WORLD
+    root, results = run_ranks(tmp_path, daemons, steps=2000, fault_step=-1, fault="none")
+    assert found_by(results) == [[]] * WORLD
     for rank in range(WORLD):
         assert journal(root, rank, "replicas.jsonl") == []
         assert journal(root, rank, "triggers.jsonl") == []
+
+
+def test_a_layer_norm_two_tensor_parallel_ranks_replicate_drifts_apart(tmp_path, daemons):
+    """The BLOOM case: two ranks of one node hold different shards of a linear layer and the
+    same layer norm; one rank's copy of the layer norm changes."""
+    root, results = run_ranks(tmp_path, (daemons[0], daemons[0]), steps=40, fault_step=30,
+                              fault="param", world=2, fault_rank=1, model="tp")
+    for rank in range(2):
+        # Two replicas: no majority, so both ranks are named.
+        assert results[rank]["mismatches"] == [
+            {"step": 31, "tensor": "tp/param:ln.weight", "ranks": [0, 1], "majority": False}]
+        triggers = journal(root, rank, "triggers.jsonl")
+        assert [t["replicas"]["tensor"] for t in triggers] == ["tp/param:ln.weight"], rank
+    bad, good = replica_value(root, 1, "ln_weight"), replica_value(root, 0, "ln_weight")
+    assert np.argwhere(bad != good).tolist() == [[5]]
+
+
+def test_dumpctl_control_changes_the_period_of_a_running_job(tmp_path, daemons):
+    daemon = daemons[0]
+    go = tmp_path / "go"
+
+    def dumpctl(*args):
+        return subprocess.run([os.environ["DUMPCTL_BIN"], "--socket", daemon.socket, *args],
+                              capture_output=True, text=True, timeout=30)
+
+    def operator():
+        # Rank 0 waits before step 10 until the change is made.
+        wait_for(lambda: dumpctl("control", "--rank", "0", "--job", "Net",
+                                 "--replica-every", "5").returncode == 0, 60,
+                 "rank 0's session to take the change")
+        status = json.loads(dumpctl("status", "--json").stdout)
+        assert [s["replica_every"] for s in status["sessions"] if s["rank"] == 0] == [5]
+        assert "replicas checked every 5" in dumpctl("status").stdout
+        go.write_text("")
+
+    # Flipped after step 31: found at step 32 when every step is checked, at 35 when every
+    # fifth is.
+    root, results = run_ranks(tmp_path, (daemon, daemon), steps=40, fault_step=31,
+                              fault="param", world=2, fault_rank=1, pause_step=10,
+                              go_file=str(go), during=operator)
+    for rank in range(2):
+        assert results[rank]["every"] == 5
+        assert found_by(results)[rank] == [{"step": 35, "tensor": "param:fc1.weight",
+                                            "ranks": [0, 1]}]
+    # The operator's change (dumpd's own lines follow it: the recorder stopping).
+    line = journal(root, 0, "control.jsonl")[0]
+    assert line["uid"] == os.getuid()
+    assert line["new"]["replica_every"] == 5 and "replica_every" not in line["old"]
+    refused = dumpctl("control", "--rank", "0", "--job", "Net", "--replica-every", "0")
+    assert refused.returncode != 0 and "--replica-every" in refused.stderr
 
 
 def rss_anon(pid: int) -> int:
@@ -165,3 +235,54 @@ def test_forged_reports_reach_only_their_own_session_and_hold_no_memory(tmp_path
     lines = journal(tmp_path / "hostile" / "dump", 1, "replicas.jsonl")
     assert 0 < len(lines) < 3000
     assert all(len(x["differing"]) == 64 and x["differing_count"] == 2048 for x in lines)
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """This process as a group of one (gloo), for what is decided before any exchange."""
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "store"), rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_what_cannot_be_replicas_is_refused_by_name(one_rank, tmp_path):
+    import torch
+    from torch import nn
+
+    import dumpd.torch
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="no trainable parameter named 1.wieght"):
+        dumpd.torch.check_replicas(model, opt, None, names=["1.weight", "1.wieght"])
+    with pytest.raises(ValueError, match='digests must be "auto" or "torch"'):
+        dumpd.torch.check_replicas(model, opt, None, digests="cuda")
+    with pytest.raises(ValueError, match="every must be at least 1"):
+        dumpd.torch.check_replicas(model, opt, None, every=0)
+
+    class FullyShardedDataParallel(nn.Module):  # named as torch's, whose import may fail
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+    with pytest.raises(ValueError, match=r"shards the model's parameters \(FSDP\)"):
+        dumpd.torch.check_replicas(FullyShardedDataParallel(model), opt, None)
+    assert opt.step.__func__ is torch.optim.SGD.step  # nothing wrapped by a refused check
+
+
+def test_a_distributed_tensor_parameter_is_refused(one_rank):
+    import torch
+    from torch import nn
+
+    import dumpd.torch
+
+    tensor_api = pytest.importorskip("torch.distributed.tensor",
+                                     reason="this torch has no DTensor (torch 2.4 and later)")
+    mesh = tensor_api.init_device_mesh("cpu", (1,))
+    model = nn.Linear(4, 4)
+    model.weight = nn.Parameter(tensor_api.distribute_tensor(model.weight.detach(), mesh,
+                                                              [tensor_api.Shard(0)]))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="parameter weight is a DTensor"):
+        dumpd.torch.check_replicas(model, opt, None)

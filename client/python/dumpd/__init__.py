@@ -29,6 +29,7 @@ from dumpd._dumpd import (  # noqa: F401  (re-exported API)
     DaemonTimeout,
     DumpdError,
     __version__,
+    compare_replicas,
     cuda_unavailable_reason,
     fingerprint,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "DumpdError",
     "DeviceArray",
     "DTYPES",
+    "compare_replicas",
     "cuda_unavailable_reason",
     "fingerprint",
     "__version__",

@@ -1,5 +1,6 @@
 // A training program outside dumpd's tree, built against the installed client library
-// (tests/package): dumps one op of a float32 tensor whose element i is i * 0.5, then flushes.
+// (tests/package): dumps one op of a float32 tensor whose element i is i * 0.5, then flushes;
+// compares two replicas of it with the replica API on the way.
 //   consumer CONFIG_JSON SOCKET
 #include <dumpd/dumpd.h>
 
@@ -33,6 +34,14 @@ int main(int argc, char** argv) {
   op.op_type = "Consumer";
   op.op_name = "Default/Consumer-op0";
   op.tensors = {&t, 1};
+  // The replica API: its digest, and two equal replicas compared.
+  const uint64_t digest = dumpd::client::replicaDigest(data.data(), t.bytes);
+  const uint64_t table[] = {digest, digest};
+  auto verdicts = dumpd::client::compareReplicas(table, 2, 1);
+  if (!verdicts || !verdicts.value().empty()) {
+    std::fprintf(stderr, "compareReplicas found a difference between equal replicas\n");
+    return 1;
+  }
   if (auto s = (*client)->setStep(0); !s) return 1;
   auto dumped = (*client)->dumpOp(op);
   if (!dumped || !*dumped) {

@@ -72,6 +72,8 @@ names do not depend on whether the model was compiled before or after attach().
 Replicas: ``check_replicas(model, optimizer, client)`` compares the gradients and parameters
 of a data-parallel model across the ranks of its process group on every optimizer step and
 reports tensors whose replicas differ, the mark of silent data corruption (docs/replicas.md).
+``digest(tensor)`` is the replica digest in torch operations: on the tensor's device, with no
+host synchronisation, and traceable by ``torch.compile``.
 
 Errors: by default a DaemonError (daemon gone, session ended) raised in a hook propagates
 out of the model's forward or backward. ``attach(..., errors="warn")`` (and the same option
@@ -83,15 +85,16 @@ step mark (set_step), flush, or when the ring is full.
 from __future__ import annotations
 
 from dumpd.torch._attach import AttachHandle, attach, op_names
+from dumpd.torch._digest import digest
 from dumpd.torch._items import _DEVICE_DTYPES  # noqa: F401  (tests/gpu builds DeviceArrays with it)
 from dumpd.torch._replicas import Mismatch, ReplicaCheck, check_replicas
 from dumpd.torch._steps import StepScope, step, steps
 
 __all__ = ["attach", "AttachHandle", "op_names", "step", "steps", "StepScope",
-           "check_replicas", "ReplicaCheck", "Mismatch"]
+           "check_replicas", "ReplicaCheck", "Mismatch", "digest"]
 
 # The public names are documented (help(), repr) where users import them from.
 for _public in (attach, AttachHandle, op_names, step, steps, StepScope, check_replicas,
-                ReplicaCheck, Mismatch):
+                ReplicaCheck, Mismatch, digest):
     _public.__module__ = __name__
 del _public
