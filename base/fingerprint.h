@@ -3,7 +3,8 @@
 // bytes changes it; it is not a cryptographic hash and says nothing about tensors that are
 // merely close.
 //
-// The rule, exact, so that the host, the device kernel and any other implementation agree:
+// The rule, exact, so that the host, the device kernel and any other implementation agree
+// (its arithmetic, shared with the kernel: base/fingerprint_rule.h):
 // the bytes are read as little-endian 32-bit words w_i (a last partial word padded with zero
 // bytes); word i is weighted by the odd 32-bit number
 //     k_i = kFingerprintBase[i % 8] + (i / 8) * kFingerprintStep[i % 8]   (mod 2^32)
@@ -25,34 +26,22 @@
 #include <cstdint>
 #include <span>
 
+#include "base/fingerprint_rule.h"
+
 namespace dumpd {
 
-inline constexpr std::array<uint32_t, 8> kFingerprintBase{0x9E3779B1u, 0x85EBCA77u, 0xC2B2AE3Du,
-                                                          0x27D4EB2Fu, 0x165667B1u, 0xD3A2646Du,
-                                                          0xFD7046C5u, 0xB55A4F09u};
-inline constexpr std::array<uint32_t, 8> kFingerprintStep{0x2545F492u, 0x61C88646u, 0x7FEB352Eu,
-                                                          0x846CA68Cu, 0x94D049BAu, 0xBF58476Cu,
-                                                          0x3C6EF372u, 0xDAA66D2Au};
-inline constexpr uint64_t kFingerprintLength = 0x9E3779B97F4A7C15ull;
-
-// splitmix64's finaliser.
-constexpr uint64_t fingerprintMix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
+inline constexpr std::array<uint32_t, 8> kFingerprintBase{
+    fingerprintBase(0), fingerprintBase(1), fingerprintBase(2), fingerprintBase(3),
+    fingerprintBase(4), fingerprintBase(5), fingerprintBase(6), fingerprintBase(7)};
+inline constexpr std::array<uint32_t, 8> kFingerprintStep{
+    fingerprintStep(0), fingerprintStep(1), fingerprintStep(2), fingerprintStep(3),
+    fingerprintStep(4), fingerprintStep(5), fingerprintStep(6), fingerprintStep(7)};
+inline constexpr uint64_t kFingerprintLength = kFingerprintLengthFactor;
 
 // The weighted sum s of `bytes`, whose first word is word `first_word` of the tensor (a
 // multiple of 8, so that a tensor can be summed in pieces: add the pieces' sums). Uses AVX2
 // when the CPU has it; the result does not depend on that.
 uint64_t fingerprintSum(std::span<const std::byte> bytes, uint64_t first_word = 0);
-// The digest of a tensor of `total_bytes` whose weighted sum is `sum`.
-constexpr uint64_t fingerprintFinish(uint64_t sum, uint64_t total_bytes) {
-  return fingerprintMix(sum ^ (total_bytes * kFingerprintLength));
-}
 // The digest of `bytes`.
 inline uint64_t fingerprint(std::span<const std::byte> bytes) {
   return fingerprintFinish(fingerprintSum(bytes), bytes.size());

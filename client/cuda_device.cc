@@ -4,6 +4,7 @@
 #include "base/mutex.h"
 #include "client/device_api.h"
 #include "client/device_copy.h"
+#include "client/device_fingerprint.h"
 #include "client/device_stats.h"
 
 namespace dumpd::client {
@@ -102,6 +103,12 @@ class CudaDevice final : public DeviceApi {
     return check("statistics kernel",
                  launchDeviceStatistics(result, scratch, counter, src, elements, dtype,
                                         static_cast<cudaStream_t>(stream)));
+  }
+  Status fingerprintAsync(uint64_t* result, uint64_t* scratch, const void* src, uint64_t bytes,
+                          StreamHandle stream) override {
+    return check(
+        "replica digest kernel",
+        launchDeviceFingerprint(result, scratch, src, bytes, static_cast<cudaStream_t>(stream)));
   }
   Result<uint32_t*> counterWords(size_t count) override {
     void* p = nullptr;

@@ -74,6 +74,16 @@ class DeviceApi {
   // `count` zeroed words of device memory on the current device, for statisticsAsync's
   // counters (freed with free()).
   virtual Result<uint32_t*> counterWords(size_t count) = 0;
+  // Enqueues on `stream` the replica digest (base/fingerprint.h) of `bytes` bytes at `src`
+  // (device memory), written at `result` (8-aligned, device-addressable). `scratch`: two
+  // zeroed 64-bit words of device memory on the current device that no other launch uses
+  // until this one completed (the launch leaves them zero). One kernel; nothing waits.
+  // Implementations without a kernel refuse (kUnavailable).
+  virtual Status fingerprintAsync(uint64_t* result, uint64_t* scratch, const void* src,
+                                  uint64_t bytes, StreamHandle stream) {
+    (void)result, (void)scratch, (void)src, (void)bytes, (void)stream;
+    return makeError(ErrorCode::kUnavailable, name() + " has no replica digest kernel");
+  }
   virtual Status recordEvent(EventHandle e, StreamHandle stream) = 0;
   // `stream` waits, on the device, for the work captured by `e` (the host does not block).
   virtual Status streamWaitEvent(StreamHandle stream, EventHandle e) = 0;

@@ -175,6 +175,29 @@ PYBIND11_MODULE(_dumpd, m) {
       "torch bfloat16 tensor goes through t.view(torch.int16): the same bytes.");
 
   m.def(
+      "_device_digest",
+      [](uintptr_t src, uint64_t bytes, uintptr_t result, uintptr_t scratch, int device,
+         uintptr_t stream) {
+        auto cuda = dumpd::client::cudaDevice();
+        if (!cuda) throw std::runtime_error(cuda.error().message);
+        py::gil_scoped_release unlocked;
+        dumpd::client::DeviceApi& api = *cuda.value();
+        auto previous = api.setDevice(device);
+        if (!previous) throw std::runtime_error(previous.error().message);
+        const dumpd::Status launched = api.fingerprintAsync(
+            reinterpret_cast<uint64_t*>(result), reinterpret_cast<uint64_t*>(scratch),
+            reinterpret_cast<const void*>(src), bytes,
+            reinterpret_cast<dumpd::client::StreamHandle>(stream));
+        (void)api.setDevice(previous.value());
+        if (!launched) throw std::runtime_error(launched.error().message);
+      },
+      py::arg("src"), py::arg("bytes"), py::arg("result"), py::arg("scratch"), py::arg("device"),
+      py::arg("stream"),
+      "dumpd.torch.digest's kernel: enqueues the replica digest of `bytes` bytes of device "
+      "memory at `src` on `stream`, written at `result` (an int64 on the device); `scratch`: "
+      "two zeroed int64 of that device that this stream's launches share.");
+
+  m.def(
       "compare_replicas",
       [](py::handle table, size_t ranks, size_t tensors) {
         HeldBuffer b;

@@ -102,3 +102,63 @@ TEST(Fingerprint, AFloatAndItsNegativeZeroDiffer) {
 
 }  // namespace
 }  // namespace dumpd
+
+namespace dumpd {
+namespace {
+
+// The device kernel's arithmetic (client/device_fingerprint.cu), run on the host: `grid`
+// threads each sum whole 32-byte blocks with a grid stride (fingerprintBlockSum), the first
+// threads add the tail's bytes (fingerprintByteTerm), and the thread sums are added in any
+// order; an unaligned tensor is summed byte by byte. Both must give fingerprint().
+uint64_t kernelModel(const std::vector<std::byte>& data, uint64_t grid, bool aligned) {
+  const uint64_t bytes = data.size();
+  std::vector<uint64_t> threads(grid, 0);
+  if (aligned) {
+    const uint64_t blocks = bytes / 32;
+    for (uint64_t t = 0; t < grid; ++t) {
+      for (uint64_t b = t; b < blocks; b += grid) {
+        uint32_t w[8];
+        std::memcpy(w, data.data() + 32 * b, 32);
+        threads[t] += fingerprintBlockSum(w, b);
+      }
+    }
+    for (uint64_t t = 0; t < bytes - blocks * 32; ++t) {  // the kernel: block 0's threads
+      threads[t % grid] +=
+          fingerprintByteTerm(static_cast<uint8_t>(data[blocks * 32 + t]), blocks * 32 + t);
+    }
+  } else {
+    for (uint64_t t = 0; t < grid; ++t) {
+      for (uint64_t o = t; o < bytes; o += grid) {
+        threads[t] += fingerprintByteTerm(static_cast<uint8_t>(data[o]), o);
+      }
+    }
+  }
+  uint64_t sum = 0;
+  for (auto it = threads.rbegin(); it != threads.rend(); ++it) sum += *it;  // any order
+  return fingerprintFinish(sum, bytes);
+}
+
+TEST(DeviceFingerprintArithmetic, BlocksAndTailBytesGiveTheHostDigest) {
+  std::mt19937_64 rng(51);
+  for (const size_t n : {0, 1, 3, 31, 32, 33, 64, 100, 1000, 4096, 70001}) {
+    std::vector<std::byte> data(n);
+    for (auto& b : data) b = static_cast<std::byte>(rng());
+    const uint64_t want = fingerprint(data);
+    for (const uint64_t grid : {1, 7, 256}) {
+      EXPECT_EQ(kernelModel(data, grid, /*aligned=*/true), want) << n << " bytes, " << grid;
+      EXPECT_EQ(kernelModel(data, grid, /*aligned=*/false), want) << n << " bytes, " << grid;
+    }
+  }
+}
+
+TEST(DeviceFingerprintArithmetic, TheSharedRuleIsTheHeadersRule) {
+  for (unsigned j = 0; j < 8; ++j) {
+    EXPECT_EQ(fingerprintWeight(j), kFingerprintBase[j]);
+    EXPECT_EQ(fingerprintWeight(8 + j), kFingerprintBase[j] + kFingerprintStep[j]);
+  }
+  // Byte 6 is the third byte of word 1: its value lands at bit 16, weighted by k_1.
+  EXPECT_EQ(fingerprintByteTerm(0xAB, 6), (uint64_t{0xAB} << 16) * kFingerprintBase[1]);
+}
+
+}  // namespace
+}  // namespace dumpd

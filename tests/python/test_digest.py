@@ -73,6 +73,7 @@ def test_a_large_tensor_is_summed_in_chunks_to_the_same_digest():
     assert int(dumpd.torch.digest(t)) & M64 == host_digest(t)
 
 
+@pytest.mark.conditional  # torch.compile: torch 2 only
 def test_under_torch_compile_no_graph_break_no_recompile():
     if not hasattr(torch, "compile"):
         pytest.skip(f"torch {torch.__version__} has no torch.compile "

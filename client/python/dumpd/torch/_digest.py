@@ -1,8 +1,9 @@
-"""The replica digest of a tensor (:func:`dumpd.fingerprint`'s rule, docs/replicas.md) in
-torch operations, computed where the tensor is: on a CUDA device no byte crosses to the host
-and nothing waits for the device (the result is a 0-dim int64 tensor on the tensor's
-device), and under ``torch.compile`` it traces into the graph (no graph break; inductor fuses
-it into one reduction).
+"""The replica digest of a tensor (:func:`dumpd.fingerprint`'s rule, docs/replicas.md)
+computed where the tensor is: on a CUDA device no byte crosses to the host and nothing waits
+for the device (the result is a 0-dim int64 tensor on the tensor's device). In eager mode a
+CUDA tensor takes one launch of dumpd's kernel (client/device_fingerprint.cu); under
+``torch.compile``, or where that kernel cannot be used, torch operations compute it, which
+trace into the graph (no graph break; inductor fuses them into one reduction).
 
 The rule reads the bytes as little-endian 32-bit words w_i weighted by k_i and sums
 w_i * k_i mod 2^64. Summing per *element* instead gives the same sum: an element of e bytes
@@ -35,6 +36,9 @@ _MASK32 = 0xFFFFFFFF
 CHUNK = 1 << 22
 
 _SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# The CUDA kernel's scratch (two int64 it leaves zero), one pair per device and stream.
+_SCRATCH: Dict[Tuple[int, int], torch.Tensor] = {}
+_KERNEL: Dict[str, bool] = {}
 _TABLES: Dict[Tuple[str, int], Tuple[torch.Tensor, torch.Tensor]] = {}
 
 
@@ -60,6 +64,28 @@ def _compiling() -> bool:
         return bool(compiler.is_compiling())
     dynamo = getattr(torch, "_dynamo", None)
     return bool(dynamo is not None and dynamo.is_compiling())
+
+
+def _kernel_usable() -> bool:
+    usable = _KERNEL.get("cuda")
+    if usable is None:
+        from dumpd import cuda_unavailable_reason
+        usable = _KERNEL["cuda"] = cuda_unavailable_reason() is None
+    return usable
+
+
+def _kernel_digest(t: torch.Tensor) -> torch.Tensor:
+    """One launch of dumpd's digest kernel on the current stream (client/device_fingerprint.cu)."""
+    from dumpd._dumpd import _device_digest
+    stream = torch.cuda.current_stream(t.device)
+    key = (t.device.index, stream.cuda_stream)
+    scratch = _SCRATCH.get(key)
+    if scratch is None:
+        scratch = _SCRATCH[key] = torch.zeros(2, dtype=torch.int64, device=t.device)
+    out = torch.empty((), dtype=torch.int64, device=t.device)
+    _device_digest(t.data_ptr(), t.numel() * t.element_size(), out.data_ptr(),
+                   scratch.data_ptr(), t.device.index, stream.cuda_stream)
+    return out
 
 
 def _weights(words: torch.Tensor, base: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
@@ -108,6 +134,8 @@ def digest(t: torch.Tensor) -> torch.Tensor:
         t = torch.view_as_real(t)
     if not t.is_contiguous():
         t = t.contiguous()
+    if t.device.type == "cuda" and not _compiling() and _kernel_usable():
+        return _kernel_digest(t)  # one kernel, whatever the dtype: the same bytes
     size = t.element_size()
     if size not in _SAME_SIZE_INT:
         raise TypeError(f"dumpd.torch.digest: no replica digest for {t.dtype} "
