@@ -1,9 +1,12 @@
 """Row 15: what dumpd.torch.check_replicas costs a data-parallel training step.
 
 Two ranks over gloo (this machine has two cores) train an MLP with DDP and SGD; blocks of
-steps alternate between unchecked and checked (every gradient and parameter digested and
-exchanged every step), and the median step time of each is compared. One JSON line from
-rank 0: step times, the ratio, the bytes digested and exchanged per step.
+steps cycle between unchecked, checked (every gradient and parameter digested and exchanged
+every step) and digested only (the same digests, no exchange, no comparison), and the median
+step time of each is compared. Then, after single steps, the time to digest the step's
+gradients and parameters against the time of a plain read of the same bytes in the same
+cache state (numpy's sum of their 64-bit words): the digest's rate against the read floor.
+One JSON line from rank 0: step times, ratios, bytes digested and exchanged per step.
 
     python3 bench/replica_bench.py --socket S --dir D [--quick]
 """
@@ -28,8 +31,11 @@ BATCH = 64
 
 
 def rank_main(rank, world, init, socket, workdir, blocks, steps, out):
+    import numpy as np
+
     import dumpd
     import dumpd.torch
+    from dumpd.torch._replicas import tensor_fingerprint
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=world)
@@ -50,20 +56,36 @@ def rank_main(rank, world, init, socket, workdir, blocks, steps, out):
         loss.backward()
         opt.step()
 
+    def digest_all():
+        return [tensor_fingerprint(t) for p in model.parameters() for t in (p.grad, p)]
+
+    def read_all():
+        return [t.detach().numpy().view(np.uint64).sum() for p in model.parameters()
+                for t in (p.grad, p)]
+
     for _ in range(5):
         step()
-    times = {"unchecked": [], "checked": []}
-    for b in range(2 * blocks):
-        checked = b % 2 == 1
-        check = dumpd.torch.check_replicas(model, opt, client) if checked else None
+    modes = ("unchecked", "checked", "digested")
+    times = {m: [] for m in modes}
+    for b in range(3 * blocks):
+        mode = modes[b % 3]
+        check = dumpd.torch.check_replicas(model, opt, client) if mode == "checked" else None
         dist.barrier()
         for _ in range(steps):
             t = time.perf_counter()
             step()
-            times["checked" if checked else "unchecked"].append(time.perf_counter() - t)
+            if mode == "digested":
+                digest_all()
+            times[mode].append(time.perf_counter() - t)
         if check is not None:
             check.remove()
             assert not check.mismatches, check.mismatches
+    floor = {"digest": [], "read": []}
+    for i in range(2 * steps):
+        step()
+        t = time.perf_counter()
+        digest_all() if i % 2 == 0 else read_all()
+        floor["digest" if i % 2 == 0 else "read"].append(time.perf_counter() - t)
     client.close()
     if rank == 0:
         params = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -71,9 +93,14 @@ def rank_main(rank, world, init, socket, workdir, blocks, steps, out):
         line = {"bench": "replicas", "world": world, "params_bytes": params,
                 "step_s_unchecked": statistics.median(times["unchecked"]),
                 "step_s_checked": statistics.median(times["checked"]),
+                "step_s_digested": statistics.median(times["digested"]),
+                "digest_s": statistics.median(floor["digest"]),
+                "read_s": statistics.median(floor["read"]),
                 "digested_bytes_per_step": 2 * params,
-                "exchanged_bytes_per_step": 8 * (1 + 2 * tensors) * world}
+                "exchanged_bytes_per_step": 8 * (2 + 2 * tensors) * world}
         line["ratio"] = line["step_s_checked"] / line["step_s_unchecked"]
+        line["ratio_digested"] = line["step_s_digested"] / line["step_s_unchecked"]
+        line["digest_vs_read"] = line["read_s"] / line["digest_s"]
         Path(out).write_text(json.dumps(line))
     dist.destroy_process_group()
 

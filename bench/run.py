@@ -275,6 +275,12 @@ def main():
         for l in lines:
             row("15. DDP step (2 gloo ranks, 4x1024 MLP), check_replicas every step vs unchecked",
                 l["step_s_checked"], l["step_s_unchecked"], l["ratio"], "<= 1.03", "s/step")
+            row("15b. the same step with the digests only (no exchange) vs unchecked",
+                l["step_s_digested"], l["step_s_unchecked"], l["ratio_digested"], "-", "s/step")
+            row("15c. digest of a step's gradients+parameters vs a plain read of them (rate)",
+                l["digested_bytes_per_step"] / l["digest_s"] / 1e9,
+                l["digested_bytes_per_step"] / l["read_s"] / 1e9, l["digest_vs_read"],
+                ">= 0.8", "GB/s")
             results.setdefault("replicas", []).append(l)
 
     if has_python and "python" in want:

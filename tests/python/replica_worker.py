@@ -16,6 +16,7 @@ argv: rank world options, options a JSON object:
 Prints one JSON line: the mismatches this rank found, and the period in force at the end.
 """
 
+import faulthandler
 import json
 import os
 import sys
@@ -58,6 +59,8 @@ def tp_model(rank: int):
 
 def main() -> None:
     rank, world, o = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
+    # A rank that hangs says where (every thread's stack on stderr), then exits.
+    faulthandler.dump_traceback_later(120, exit=True)
     dist.init_process_group("gloo", init_method="file://" + o["init"], rank=rank,
                             world_size=world)
     tp = o.get("model", "dp") == "tp"

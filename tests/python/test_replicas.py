@@ -70,9 +70,9 @@ def run_ranks(tmp_path: Path, daemons, steps: int, fault_step: int, fault: str,
             during()
         # A rank that fails leaves the others waiting in a collective: stop at the first.
         wait_for(lambda: all(p.poll() is not None for p in procs) or any(
-            p.returncode not in (None, 0) for p in procs), 300, "the ranks to finish")
+            p.returncode not in (None, 0) for p in procs), 180, "the ranks to finish")
     except pytest.fail.Exception:
-        late = "ranks still running after 300 s were killed\n"
+        late = "ranks still running after 180 s were killed\n"
     finally:
         for p in procs:
             if p.poll() is None:
