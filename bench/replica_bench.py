@@ -86,6 +86,7 @@ def rank_main(rank, world, init, socket, workdir, blocks, steps, out):
         t = time.perf_counter()
         digest_all() if i % 2 == 0 else read_all()
         floor["digest" if i % 2 == 0 else "read"].append(time.perf_counter() - t)
+    dist.barrier()  # every rank leaves together (see tests/python/replica_worker.py)
     client.close()
     if rank == 0:
         params = sum(p.numel() * p.element_size() for p in model.parameters())

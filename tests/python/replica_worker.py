@@ -95,6 +95,10 @@ def main() -> None:
             with torch.no_grad():
                 flip(target, index)
     check.finish()
+    # Every rank leaves together: a rank that destroys its process group while another still
+    # finishes the last collective can leave that one hanging in gloo's teardown
+    # (pytorch/pytorch#75097).
+    dist.barrier()
     client.close()
     print(json.dumps({"mismatches": [{"step": m.step, "tensor": m.tensor, "ranks": m.ranks,
                                       "majority": m.majority} for m in check.mismatches],
