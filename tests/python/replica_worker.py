@@ -108,3 +108,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Skip the interpreter's teardown: destroying main()'s locals (DDP's reducer, gloo's
+    # process group) was seen to hang one rank after every rank had finished, closed its
+    # client and printed its result; nothing the test checks happens there.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
