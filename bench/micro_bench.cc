@@ -77,6 +77,18 @@ void BM_FilterCachedLookup(benchmark::State& state) {
 }
 BENCHMARK(BM_FilterCachedLookup);
 
+// computeStats of `n` elements of `data` (`bytes` long) for as long as the benchmark runs.
+void runStatistics(benchmark::State& state, DType dtype, const void* data, uint64_t n,
+                   uint64_t bytes, const storage::StatOptions& opts) {
+  storage::TensorStats out;
+  const std::span<const std::byte> span(static_cast<const std::byte*>(data), bytes);
+  for (auto _ : state) {
+    storage::computeStats(dtype, n, span, opts, out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
 void BM_Statistics(benchmark::State& state) {
   const uint64_t n = 1 << 22;  // 16 MiB of float32
   std::vector<float> v(n);
@@ -84,38 +96,58 @@ void BM_Statistics(benchmark::State& state) {
   std::normal_distribution<float> dist;
   for (float& x : v) x = dist(rng);
   storage::StatOptions opts;
-  opts.values = state.range(0) == 0;
+  opts.values = state.range(0) == 0 || state.range(0) == 3;
   opts.md5 = state.range(0) == 1;
   opts.sha1 = state.range(0) == 2;
-  storage::TensorStats out;
-  for (auto _ : state) {
-    storage::computeStats(
-        DType::kFloat32, n,
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), n * sizeof(float)),
-        opts, out);
-    benchmark::DoNotOptimize(out);
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * sizeof(float)));
-  state.SetLabel(state.range(0) == 0   ? "max,min,avg,l2norm,counts"
+  opts.format = state.range(0) == 3 ? config::MsFormat::k27 : config::MsFormat::k26;
+  runStatistics(state, DType::kFloat32, v.data(), n, n * sizeof(float), opts);
+  state.SetLabel(state.range(0) == 0   ? "max,min,avg,l2norm,counts ms_format 2.6"
+                 : state.range(0) == 3 ? "max,min,avg,l2norm,counts ms_format 2.7"
                  : state.range(0) == 1 ? "md5"
                                        : "sha1");
 }
-BENCHMARK(BM_Statistics)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Statistics)->Arg(0)->Arg(3)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// Statistics of small float32 tensors (Arg: elements), "2.6" and "2.7": fewer than eight of
+// MindSpore's chunks take the generic path, a chain of dependent adds per chunk.
+void BM_SmallStatistics(benchmark::State& state) {
+  const uint64_t n = static_cast<uint64_t>(state.range(0));
+  std::vector<float> v(n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  for (float& x : v) x = dist(rng);
+  storage::StatOptions opts;
+  opts.format = state.range(1) == 26 ? config::MsFormat::k26 : config::MsFormat::k27;
+  runStatistics(state, DType::kFloat32, v.data(), n, n * sizeof(float), opts);
+}
+BENCHMARK(BM_SmallStatistics)
+    ->Args({4096, 26})
+    ->Args({65536, 26})
+    ->Args({4096, 27})
+    ->Args({65536, 27});
 
 void BM_BF16Statistics(benchmark::State& state) {
+  // Arg 0: bfloat16, 1: float16; normal values, 2.6's chunking (the default).
   const uint64_t n = 1 << 22;
-  std::vector<uint16_t> v(n, 0x3f80);
-  storage::StatOptions opts;
-  storage::TensorStats out;
-  for (auto _ : state) {
-    storage::computeStats(
-        DType::kBFloat16, n,
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(v.data()), n * 2), opts, out);
-    benchmark::DoNotOptimize(out);
+  std::vector<uint16_t> v(n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  for (uint16_t& h : v) {
+    const float f = dist(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    // float16: f's sign and mantissa bits with an exponent of 2^-5 .. 2^1.
+    h = state.range(0) == 0
+            ? static_cast<uint16_t>(bits >> 16)
+            : static_cast<uint16_t>(((bits >> 16) & 0x8000) | ((10 + rng() % 7) << 10) |
+                                    ((bits >> 13) & 0x3ff));
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * 2));
+  storage::StatOptions opts;
+  const DType dtype = state.range(0) == 0 ? DType::kBFloat16 : DType::kFloat16;
+  runStatistics(state, dtype, v.data(), n, n * 2, opts);
+  state.SetLabel(state.range(0) == 0 ? "bfloat16" : "float16");
 }
-BENCHMARK(BM_BF16Statistics)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BF16Statistics)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // JobWriter::writeOp of one tensor to tmpfs: names, temp file, header + payload, rename.
 void BM_NpyWriteTmpfs(benchmark::State& state) {

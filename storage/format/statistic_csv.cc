@@ -35,9 +35,10 @@ std::string statisticCsvHeader(std::span<const StatCategory> categories) {
   return out;
 }
 
-StatOptions statOptionsFor(std::span<const StatCategory> categories) {
+StatOptions statOptionsFor(std::span<const StatCategory> categories, config::MsFormat format) {
   StatOptions o;
   o.values = false;
+  o.format = format;
   for (StatCategory c : categories) {
     if (c == StatCategory::kMd5) {
       o.md5 = true;

@@ -36,7 +36,8 @@ struct StatRow {
 std::string statisticCsvHeader(std::span<const config::StatCategory> categories);
 
 // What computeStats must produce for these categories.
-StatOptions statOptionsFor(std::span<const config::StatCategory> categories);
+StatOptions statOptionsFor(std::span<const config::StatCategory> categories,
+                           config::MsFormat format = config::kDefaultMsFormat);
 
 // Appends one row: every field followed by ',' then "\n". A field holding ',', '"', CR or LF
 // is quoted RFC 4180 style (dumpd: MindSpore writes it raw and breaks the row); the shape is

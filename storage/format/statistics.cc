@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/dtype_visit.h"
+#include "storage/format/chunk_sums.h"
 #include "storage/format/convert.h"
 
 namespace dumpd::storage {
@@ -18,12 +19,10 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The sums are taken with one accumulator, elements in order: they round exactly as
-// MindSpore's sequential loop rounds them (avg of [1e16, 1, 1, -1e16] is 0, not 1). Two
-// independent chains, sum and sum of squares, bound that loop at one add latency per
-// element. Everything else (max, min, counts) has no rounding, so it runs in independent
-// lanes the compiler keeps in vector registers; the one thing lanes lose, which of two equal
-// extremes came first (-0 or 0), is restored at the end (see firstZeroNegative).
+// max, min and the counts have no rounding, so they run in independent lanes the compiler
+// keeps in vector registers; the one thing lanes lose, which of two equal extremes came first
+// (-0 or 0), is restored at the end (see firstZeroNegative). avg and l2norm are MindSpore's
+// chunked sums (chunk_sums.h), a second pass.
 constexpr int kLanes = 8;
 
 struct Accumulator {
@@ -38,8 +37,6 @@ struct Accumulator {
   // Unused for the statistics: GCC 12 vectorises the lane loop only with a floating-point
   // reduction in it (without this one the loop ran 2.5x slower, bench BM_Statistics).
   double lane_sum[kLanes];
-  double sum = 0;
-  double sq = 0;
 
   Accumulator() {
     for (int j = 0; j < kLanes; ++j) {
@@ -68,40 +65,18 @@ inline void step(Accumulator& a, int j, double x) {
   }
 }
 
-// The sequential sums of elements [begin, end), continuing `sum` and `sq`.
-template <typename Load>
-void addInOrder(uint64_t begin, uint64_t end, const Load& load, double& sum, double& sq) {
-  double s = sum;
-  double q = sq;
-  for (uint64_t i = begin; i < end; ++i) {
-    const double x = load(i);
-    s += x;
-    q += x * x;
-  }
-  sum = s;
-  sq = q;
-}
-
 template <bool kFloating, typename Load>
 void accumulate(uint64_t n, const Load& load, Accumulator& a) {
-  // Block by block, so the second pass over a block reads it from L1.
-  constexpr uint64_t kBlock = 1024;
-  for (uint64_t start = 0; start < n; start += kBlock) {
-    const uint64_t end = std::min(n, start + kBlock);
-    uint64_t i = start;
-    for (; i + kLanes <= end; i += kLanes) {
-      for (int j = 0; j < kLanes; ++j) step<kFloating>(a, j, load(i + j));
-    }
-    for (; i < end; ++i) step<kFloating>(a, 0, load(i));
-    addInOrder(start, end, load, a.sum, a.sq);
+  uint64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) step<kFloating>(a, j, load(i + j));
   }
+  for (; i < n; ++i) step<kFloating>(a, 0, load(i));
 }
 
 StatSums reduce(const Accumulator& a, uint64_t n) {
   StatSums s;
   s.count = n;
-  s.sum = a.sum;
-  s.sum_squares = a.sq;
   for (int j = 0; j < kLanes; ++j) {
     s.max = a.max[j] > s.max ? a.max[j] : s.max;
     s.min = a.min[j] < s.min ? a.min[j] : s.min;
@@ -281,9 +256,8 @@ bool firstZeroNegative(DType dtype, const unsigned char* p, uint64_t n) {
       });
 }
 
-}  // namespace
-
-void statsFromSums(const StatSums& s, TensorStats& out) {
+// out's values from s's counts and extremes and the given average and sum of squares.
+void finishStats(const StatSums& s, double avg, double sum_squares, TensorStats& out) {
   constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
   const bool nan = s.nan != 0;
   out.count = s.count;
@@ -295,9 +269,15 @@ void statsFromSums(const StatSums& s, TensorStats& out) {
   out.positive_inf = s.positive_inf;
   out.max = nan ? kNan : s.max;
   out.min = nan ? kNan : s.min;
-  out.avg = nan ? kNan : s.sum / static_cast<double>(s.count);
-  out.l2norm = nan ? kNan : std::sqrt(s.sum_squares);
+  out.avg = nan ? kNan : avg;
+  out.l2norm = nan ? kNan : std::sqrt(sum_squares);
   if (std::isnan(out.avg)) out.avg = kNan;  // inf + -inf: print "nan", never "-nan"
+}
+
+}  // namespace
+
+void statsFromSums(const StatSums& s, TensorStats& out) {
+  finishStats(s, s.sum / static_cast<double>(s.count), s.sum_squares, out);
 }
 
 bool hasStatistics(DType dtype) {
@@ -308,15 +288,33 @@ void computeStats(DType dtype, uint64_t elements, ConstBuffer data, const StatOp
                   TensorStats& out) {
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());
   if (options.values) {
-    Accumulator a;
-    accumulateValues(dtype, p, elements, a);
-    StatSums sums = reduce(a, elements);
+    StatSums sums;
+    RuleSums rule;
+    if (auto one = onePassStats(options.format, dtype, p, elements)) {
+      sums.count = elements;
+      sums.max = one->max;
+      sums.min = one->min;
+      sums.negative = one->negative;
+      sums.positive = one->positive;
+      sums.zero = one->zero;
+      rule = one->rule;
+    } else {
+      Accumulator a;
+      accumulateValues(dtype, p, elements, a);
+      sums = reduce(a, elements);
+      // No element can overflow a running mean: the later chunks' means need not be computed.
+      constexpr double kSafe = 0x1p1020;
+      const bool finite = sums.nan == 0 && sums.negative_inf == 0 && sums.positive_inf == 0 &&
+                          sums.max <= kSafe && sums.min >= -kSafe;
+      rule = elements == 0 ? RuleSums{std::numeric_limits<double>::quiet_NaN(), 0}
+                           : ruleSums(options.format, dtype, p, elements, finite);
+    }
     if (sums.max == 0 || sums.min == 0) {
       const double zero = firstZeroNegative(dtype, p, elements) ? -0.0 : 0.0;
       if (sums.max == 0) sums.max = zero;
       if (sums.min == 0) sums.min = zero;
     }
-    statsFromSums(sums, out);
+    finishStats(sums, rule.avg, rule.sum_squares, out);
   } else {
     out.count = elements;
   }

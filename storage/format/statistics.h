@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/dtype.h"
+#include "config/ms_format.h"
 #include "storage/fs/file_system.h"
 
 namespace dumpd::storage {
@@ -50,6 +51,8 @@ void statsFromSums(const StatSums& sums, TensorStats& out);
 
 struct StatOptions {
   bool values = true;  // everything but the hashes
+  // Whose chunking avg and l2norm follow (storage/format/chunk_sums.h).
+  config::MsFormat format = config::kDefaultMsFormat;
   bool md5 = false;
   bool sha1 = false;
 };
@@ -58,7 +61,8 @@ struct StatOptions {
 bool hasStatistics(DType dtype);
 
 // Fills `out` for `elements` elements of `data`, each converted to double (bool as 0/1,
-// bfloat16/float16/int4 decoded). Hashes are over the raw bytes of `data`.
+// bfloat16/float16/int4 decoded); avg and l2norm as options.format's MindSpore computes
+// them. Hashes are over the raw bytes of `data`.
 // REQUIRES: hasStatistics(dtype), data.size() == sourceBytes(dtype, elements).
 void computeStats(DType dtype, uint64_t elements, ConstBuffer data, const StatOptions& options,
                   TensorStats& out);

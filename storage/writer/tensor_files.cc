@@ -93,7 +93,7 @@ TensorFiles::TensorFiles(const config::DumpPlan& plan, bool lz4, uint32_t max_li
     : plan_(plan),
       lz4_(lz4),
       max_links_(std::max<uint32_t>(max_links_per_file, 1)),
-      stat_options_(statOptionsFor(plan.statistic_category)),
+      stat_options_(statOptionsFor(plan.statistic_category, plan.ms_format)),
       files_(files),
       gate_(gate),
       counters_(counters) {}

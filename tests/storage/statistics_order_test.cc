@@ -1,4 +1,5 @@
-// computeStats as MindSpore's sequential loop computes it: sums in element order, the first of
+// computeStats as MindSpore's sequential loop computes it: sums in element order ("2.7" up to
+// 20480 elements; the chunked and "2.6" rules are chunk_sums_test's), the first of
 // equal extremes kept, SHA1 sliced above 20480 elements, int4 hashed unpacked, NaN poisoning.
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
@@ -61,11 +62,17 @@ std::string hexOf(const std::array<unsigned char, N>& a) {
   return hexOf(a.data(), N);
 }
 
-// --- (a) sums in element order, double accumulators ---
+// --- (a) sums in element order, double accumulators (2.7; 2.6 is chunk_sums_test's) ---
+
+StatOptions inOrder() {
+  StatOptions o;
+  o.format = config::MsFormat::k27;  // one chain in element order up to 20480 elements
+  return o;
+}
 
 TEST(StatisticsOrderTest, Float64SumIsSequentialSoLargeValuesCancelExactly) {
   std::vector<double> v = {1e16, 1, 1, 1, 1, 1, 1, 1, -1e16};
-  TensorStats s = statsOf(DType::kFloat64, v);
+  TensorStats s = statsOf(DType::kFloat64, v, 0, inOrder());
   // Sequentially every 1 is lost against 1e16 (ulp 2); lanes or pairs would keep some.
   EXPECT_EQ(s.avg, 0.0);
   double sq = 0;
@@ -80,7 +87,7 @@ TEST(StatisticsOrderTest, Float64SumIsSequentialAcrossManyBlocks) {
   for (int r = 0; r < 700; ++r) {
     v.insert(v.end(), {1e16, 1, 1, 1, 1, 1, 1, 1, -1e16});
   }
-  TensorStats s = statsOf(DType::kFloat64, v);
+  TensorStats s = statsOf(DType::kFloat64, v, 0, inOrder());
   EXPECT_EQ(s.avg, 0.0);
   EXPECT_EQ(s.count, v.size());
 }
@@ -128,7 +135,7 @@ TEST(StatisticsOrderTest, Float32SumsMatchAPlainSequentialDoubleLoop) {
   ASSERT_NE(seq, pair[0]) << "test data does not discriminate";
   ASSERT_NE(seq_sq, lane_sq) << "test data does not discriminate";
 
-  TensorStats s = statsOf(DType::kFloat32, v);
+  TensorStats s = statsOf(DType::kFloat32, v, 0, inOrder());
   EXPECT_EQ(s.avg, seq / static_cast<double>(v.size()));
   EXPECT_EQ(s.l2norm, std::sqrt(seq_sq));
 }
@@ -138,7 +145,7 @@ TEST(StatisticsOrderTest, Float32CancellationFollowsElementOrder) {
   const float big = std::ldexp(1.0f, 30);
   const float tiny = std::ldexp(1.0f, -30);
   std::vector<float> v = {big, tiny, tiny, tiny, tiny, tiny, tiny, tiny, -big, tiny};
-  TensorStats s = statsOf(DType::kFloat32, v);
+  TensorStats s = statsOf(DType::kFloat32, v, 0, inOrder());
   EXPECT_EQ(s.avg, double{tiny} / 10);
 }
 

@@ -53,9 +53,15 @@ TEST(StatisticsTest, InfinitiesJoinMaxMinAvg) {
   EXPECT_EQ(s.negative_inf, 1u);
   EXPECT_EQ(s.negative, 2u);
   EXPECT_EQ(s.positive, 2u);
-  TensorStats t = statsOf(DType::kFloat32, std::vector<float>{kInfF, 1});
+  StatOptions ms27;
+  ms27.format = config::MsFormat::k27;
+  TensorStats t = statsOf(DType::kFloat32, std::vector<float>{kInfF, 1}, 0, ms27);
   EXPECT_EQ(t.avg, kInf);
   EXPECT_EQ(t.l2norm, kInf);
+  // 2.6's running mean: inf, then 1 - inf = -inf added to inf.
+  TensorStats u = statsOf(DType::kFloat32, std::vector<float>{kInfF, 1});
+  EXPECT_TRUE(std::isnan(u.avg));
+  EXPECT_EQ(u.l2norm, kInf);
 }
 
 TEST(StatisticsTest, ZeroCountIncludesNegativeZeroAndSignCountsAreStrict) {

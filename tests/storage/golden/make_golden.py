@@ -80,22 +80,72 @@ def g(v):
     return "%g" % v
 
 
-def statistics(values):
-    """tensor_summary.cc in element order: the first extreme kept, sequential double sums."""
+def running_mean(xs):
+    """2.6's MeanCalculator: mean += (x - mean) / count."""
+    mean = 0.0
+    for k, x in enumerate(xs, 1):
+        mean += (x - mean) / k
+    return mean
+
+
+def squares_of(xs):
+    total = 0.0
+    for x in xs:
+        total += x * x
+    return total
+
+
+def chunked_sums(xs, gen):
+    """avg and the sum of squares as each generation's TensorStatistics splits the tensor.
+
+    2.6: up to 10000 elements one running mean; above, min(n // 10000, 32) chunks whose later
+    ones weigh len // total == 0 (an integer quotient). 2.7: up to 20480 elements sum / n;
+    above, 20480-element slices, sum of (slice sum / len) * len, over n.
+    """
+    n = len(xs)
+    if gen == "2.6":
+        if n <= 10000:
+            return running_mean(xs), squares_of(xs)
+        threads = min(n // 10000, 32)
+        per = n // threads
+        avg, squares, total, offset = 0.0, 0.0, 0, 0
+        for i in range(threads):
+            size = n - offset if i == threads - 1 else per
+            total += size
+            avg += (running_mean(xs[offset:offset + size]) - avg) * float(size // total)
+            squares += squares_of(xs[offset:offset + size])
+            offset += size
+        return avg, squares
+    if n <= 20480:
+        total = 0.0
+        for x in xs:
+            total += x
+        return total / n, squares_of(xs)
+    total, squares = 0.0, 0.0
+    for offset in range(0, n, 20480):
+        part = xs[offset:offset + 20480]
+        s = 0.0
+        for x in part:
+            s += x
+        total += (s / len(part)) * len(part)
+        squares += squares_of(part)
+    return total / n, squares
+
+
+def statistics(values, gen):
+    """tensor_summary.cc: the first extreme kept in element order, avg and l2norm chunked."""
     xs = [float(v) for v in values]
-    mx, mn, total, squares = -math.inf, math.inf, 0.0, 0.0
+    mx, mn = -math.inf, math.inf
     for x in xs:
         if x > mx:
             mx = x
         if x < mn:
             mn = x
-        total += x
-        squares += x * x
     nans = sum(1 for x in xs if math.isnan(x))
     if nans:
         mx = mn = avg = l2 = math.nan
     else:
-        avg = total / len(xs)
+        avg, squares = chunked_sums(xs, gen)
         l2 = math.sqrt(squares)
     return {"max": g(mx), "min": g(mn), "avg": g(avg), "count": str(len(xs)),
             "negative zero count": str(sum(1 for x in xs if x < 0)),
@@ -227,7 +277,7 @@ def write_trees(ops):
                     row = [op["op_type"], sanitized(op["op_name"]) if gen == "2.6" else
                            op["op_name"], "0", "0", str(tensor["timestamp_us"]), io,
                            str(tensor["slot"]), str(len(raw)), tensor["dtype"], '"%s"' % shape]
-                    stats = statistics(values)
+                    stats = statistics(values, gen)
                     hashed = array.tobytes() if tensor["dtype"] == "int4" else raw
                     for c in cats:
                         row.append(stats[c] if c in stats else hashlib.md5(hashed).hexdigest()
