@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node", "torch2",
-            "replicas")
+            "replicas", "stats")
 
 
 class Daemon:
@@ -68,6 +68,18 @@ def run_json_lines(cmd, env=None):
     if out.returncode != 0:
         sys.exit(f"{' '.join(map(str, cmd))} failed:\n{out.stdout}\n{out.stderr}")
     return [json.loads(l) for l in out.stdout.splitlines() if l.startswith("{")]
+
+
+def bench_with_daemon(bins, disk_dir, args_of, env=None, python="/usr/bin/python3"):
+    """Runs a bench script against a fresh dumpd in a scratch directory of disk_dir:
+    args_of(daemon, work) gives the script and its arguments. Returns (JSON lines, daemon)."""
+    with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=disk_dir) as work:
+        d = Daemon(str(bins / "dumpd"), work)
+        try:
+            lines = run_json_lines([python, *args_of(d, work)], env=env)
+        finally:
+            d.stop()
+    return lines, d
 
 
 def recorder_rows(row, l):
@@ -137,14 +149,10 @@ def torch2_rows(row, results, bins, env, args, quick):
     for script, extra in (("compile_bench.py", []),
                           ("compile_bench.py", ["--model", "convbn-cl"]),
                           ("msprobe_torch_bench.py", ["--msprobe-site", where("msprobe")])):
-        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
-            d = Daemon(str(bins / "dumpd"), work)
-            pid = ["--dumpd-pid", str(d.proc.pid)] if script == "compile_bench.py" else []
-            try:
-                lines = run_json_lines([python, str(ROOT / "bench" / script), "--socket",
-                                        d.socket, "--dir", work, *pid, *extra, *quick], env=env)
-            finally:
-                d.stop()
+        lines, _ = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
+            str(ROOT / "bench" / script), "--socket", d.socket, "--dir", work,
+            *(["--dumpd-pid", str(d.proc.pid)] if script == "compile_bench.py" else []),
+            *extra, *quick], env, python)
         results.setdefault(script.removesuffix(".py"), []).extend(lines)
         for l in lines:
             if l["bench"] == "compile_step":
@@ -224,6 +232,28 @@ def main():
             row("14. replica fingerprint of 16 MiB vs a plain read (sum of words)", gbps(fp),
                 gbps(plain), plain / fp, "(figure)", "GB/s")
 
+        # Statistics (MindSpore's chunks) and the client's copy with its NaN/inf check.
+        micro_ms = {b["name"]: b["real_time"] for b in results["micro"]}
+        read = micro_ms.get("BM_Fingerprint/0")
+        for name, what in (("BM_Statistics/0", "float32, ms_format 2.6"),
+                           ("BM_Statistics/3", "float32, ms_format 2.7"),
+                           ("BM_BF16Statistics/0", "bfloat16"),
+                           ("BM_BF16Statistics/1", "float16")):
+            t = micro_ms.get(name)
+            if t and read:
+                size = 16 << 20 if "BF16" not in name else 8 << 20
+                row(f"16a. statistics of 16 MiB {what} (rate) vs a plain read",
+                    size / (t / 1000) / 1e9, gbps(read), read / t * (size / (16 << 20)),
+                    ">= 8 GB/s (float32), >= 4 (half types)", "GB/s")
+        for size in ("1", "16"):
+            plain = micro_ms.get(f"BM_FiniteCopy/0/{size}")
+            checked = micro_ms.get(f"BM_FiniteCopy/1/{size}")
+            if plain and checked:
+                mib = int(size) << 20
+                row(f"16b. client copy of {size} MiB float32 with the NaN/inf check vs memcpy",
+                    mib / (checked / 1000) / 1e9, mib / (plain / 1000) / 1e9, checked / plain,
+                    "(figure: the daemon's second pass is gone)", "GB/s")
+
     peaks = {}
     for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)) if "client" in want \
             else ():
@@ -265,13 +295,9 @@ def main():
     env = dict(os.environ, PYTHONPATH=str(build / "python"))
     has_python = (build / "python" / "dumpd" / "__init__.py").exists()
     if has_python and "replicas" in want:
-        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
-            d = Daemon(str(bins / "dumpd"), work)
-            try:
-                lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "replica_bench.py"),
-                                        "--socket", d.socket, "--dir", work, *quick], env=env)
-            finally:
-                d.stop()
+        lines, _ = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
+            str(ROOT / "bench" / "replica_bench.py"), "--socket", d.socket, "--dir", work,
+            *quick], env)
         for l in lines:
             row("15. DDP step (2 gloo ranks, 4x1024 MLP), check_replicas every step vs unchecked",
                 l["step_s_checked"], l["step_s_unchecked"], l["ratio"], "<= 1.03", "s/step")
@@ -283,15 +309,23 @@ def main():
                 ">= 0.8", "GB/s")
             results.setdefault("replicas", []).append(l)
 
+    if has_python and "stats" in want:
+        lines, _ = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
+            str(ROOT / "bench" / "stats_bench.py"), "--socket", d.socket, "--dir", work,
+            *quick], env)
+        for l in lines:
+            s = l["step_s"]
+            row("16. statistics-only job (16 x 1 MiB float32 a step, busy node): client computes",
+                s["client"], s["undumped"], l["ratio_client"], "<= 1.10", "s/step")
+            row("16. the same, bytes cross and dumpd computes (host_statistics=False)",
+                s["daemon"], s["undumped"], l["ratio_daemon"], "-", "s/step")
+            results.setdefault("stats", []).append(l)
+
     if has_python and "python" in want:
-        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
-            d = Daemon(str(bins / "dumpd"), work)
-            try:
-                lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "python_bench.py"),
-                                        "--socket", d.socket, "--dir", work, *quick], env=env)
-            finally:
-                d.stop()
-            peaks["training"] = d.peak_anon_kib
+        lines, d = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
+            str(ROOT / "bench" / "python_bench.py"), "--socket", d.socket, "--dir", work,
+            *quick], env)
+        peaks["training"] = d.peak_anon_kib
         for l in lines:
             if l["bench"] == "critical_path":
                 s = l["size"]
@@ -334,17 +368,10 @@ def main():
     # Flight recorder (issue 22): every step recorded, trigger to disk, daemon RSS.
     if has_python and "recorder" in want:
         Path(args.disk_dir).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
-            d = Daemon(str(bins / "dumpd"), work)
-            try:
-                lines = run_json_lines(["/usr/bin/python3",
-                                        str(ROOT / "bench" / "recorder_bench.py"),
-                                        "--socket", d.socket, "--dir", work, "--dumpd-pid",
-                                        str(d.proc.pid), "--dumpctl", str(bins / "dumpctl"),
-                                        *quick], env=env)
-            finally:
-                d.stop()
-            peaks["recorder"] = d.peak_anon_kib
+        lines, d = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
+            str(ROOT / "bench" / "recorder_bench.py"), "--socket", d.socket, "--dir", work,
+            "--dumpd-pid", str(d.proc.pid), "--dumpctl", str(bins / "dumpctl"), *quick], env)
+        peaks["recorder"] = d.peak_anon_kib
         for l in lines:
             if l["bench"] == "recorder_busy":
                 recorder_busy_rows(row, l)

@@ -5,6 +5,8 @@
 
 #include "base/utf8.h"
 #include "client/client_impl.h"
+#include "client/finite_copy.h"
+#include "client/host_statistics.h"
 #include "client/op_plan.h"
 #include "client/strided_copy.h"
 
@@ -132,6 +134,8 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   settings.want_outputs = m.filter->ioSelected(Io::kOutput);
   settings.device_statistics = m.device_statistics;
   settings.defer = m.defersOp(op);
+  // From dumpOp only: reserveOp's caller writes the tensor's bytes itself.
+  settings.host_statistics = dump_once && m.host_statistics;
   settings.timestamp_us = nowMicros();
   const Status planned = planOp(op, settings, m.op);
   m.stats.tensors_filtered += m.op.filtered;
@@ -170,7 +174,8 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
     return res;
   }
   m.payloads.resize(m.op.specs.size());
-  ipc::writeOpDescriptors(p.value(), spec, m.payloads);
+  m.descriptors.resize(m.op.specs.size());
+  ipc::writeOpDescriptors(p.value(), spec, m.payloads, m.descriptors);
   const uint64_t sequence = m.ring->reservedSequence();
   for (const Impl::SameRef& r : m.same_refs) {
     const ipc::SamePayload same{r.target.sequence == 0 ? sequence : r.target.sequence,
@@ -249,11 +254,18 @@ Result<bool> Client::dumpOp(const OpCall& op) {
         c.elements = elementCount(t->shape).value_or(0);
       }
       m.device_copies.push_back(c);
+    } else if (m.op.specs[i].payload == ipc::PayloadKind::kStatistics) {
+      writeHostStatistics(m.payloads[i], *t, m.plan.ms_format);
+      ++m.stats.host_statistics;
     } else if (isStrided(*t)) {
       copyStrided(m.payloads[i], static_cast<const std::byte*>(t->data), t->shape, t->strides,
                   dtypeSize(t->dtype));
     } else {
-      std::memcpy(m.payloads[i], t->data, t->bytes);
+      // One read: the copy looks for NaN and inf, so the daemon's recorder need not.
+      const bool non_finite = copyFindingNonFinite(
+          m.payloads[i], static_cast<const std::byte*>(t->data), t->bytes, t->dtype);
+      *m.descriptors[i] |=
+          std::byte{static_cast<uint8_t>(ipc::kCheckedBit | (non_finite ? ipc::kNonFiniteBit : 0))};
     }
   }
   if (m.device_copies.empty()) {

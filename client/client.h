@@ -47,6 +47,11 @@ struct Options {
   // Dump each tensor once: a tensor whose Tensor::identity repeats one already dumped in the
   // step is sent as a reference to it (dumpOp only). Off: every tensor ships its bytes.
   bool dump_once = true;
+  // A contiguous host tensor of which only statistics are written (saved_data "statistic"
+  // without md5/sha1, or a step a "statistic" flight recorder keeps): true, this process
+  // computes them (dumpOp) and 96 bytes cross the ring; false, its bytes cross and dumpd
+  // computes them. The same rule either way (docs/performance.md).
+  bool host_statistics = true;
   // The flight recorder (JSON text of the job config's "flight_recorder" section, a dumpd
   // extension: docs/recorder.md). Set, it replaces the file's section; the job config the
   // daemon receives (and keeps in .dump_metadata/) is then the file with that section.
@@ -132,6 +137,7 @@ struct Stats {
   uint64_t device_records_failed = 0;  // voided because a device copy failed
   uint64_t device_in_flight = 0;       // records whose copies have not completed yet
   uint64_t device_statistics = 0;      // tensors whose statistics the device computed
+  uint64_t host_statistics = 0;        // host tensors whose statistics this client computed
   // Flight recorder: records kept on the device (no device-to-host copy), of which copied
   // to the host when the daemon fetched them, and held snapshots given up for staging space.
   uint64_t device_records_deferred = 0;

@@ -104,6 +104,7 @@ Result<std::unique_ptr<Client>> Client::connect(Options options) {
       impl->plan.statisticsFromSums() &&
       (!impl->plan.flight_recorder ||
        impl->plan.flight_recorder->saved_data == config::SavedData::kStatistic);
+  impl->host_statistics = impl->device_statistics && options.host_statistics;
 
   auto ring =
       ipc::RingProducer::create(options.ring_bytes ? options.ring_bytes : kDefaultRingBytes);

@@ -60,6 +60,8 @@ struct Client::Impl {
   bool defer_step = false;
   // The job saves statistics only: CUDA tensors send theirs, computed on the device.
   bool device_statistics = false;
+  // The same for contiguous host tensors: this client computes theirs (Options::host_statistics).
+  bool host_statistics = false;
   bool closed = false;
   std::string fatal;  // set once the daemon ended the session
   uint64_t flush_token = 0;
@@ -67,6 +69,7 @@ struct Client::Impl {
   // Reused per call so the hot path does not allocate once warm.
   OpPlan op;  // the op reserve() is writing: what Client::dumpOp then copies
   std::vector<std::byte*> payloads;
+  std::vector<std::byte*> descriptors;  // each tensor's TensorDesc::io byte in the ring
   std::vector<int64_t> shape_scratch;
   std::vector<DeviceCopy> device_copies;
   // Dump once: what this step sent, and this op's references (spec index -> target; a

@@ -245,7 +245,7 @@ __device__ inline void writeResult(const Partial& s, uint64_t n, uint64_t* resul
   r.payload.min = s.min;
   r.payload.sum = s.sum;
   r.payload.sum_squares = s.sum_squares;
-  r.payload.reserved = 0;
+  r.payload.flags = 0;
 #pragma unroll
   for (unsigned k = 0; k < sizeof(r.words) / 8; ++k) result[k] = r.words[k];
 }

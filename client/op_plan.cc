@@ -64,6 +64,11 @@ Status planOp(const OpCall& op, const OpPlanSettings& settings, OpPlan& out) {
       // Only the statistics cross to the host: computed on the device by the pipeline.
       s.payload = ipc::PayloadKind::kStatistics;
       s.data_bytes = sizeof(ipc::StatsPayload);
+    } else if (settings.host_statistics && t.memory == Memory::kHost && t.bytes != 0 &&
+               hasValueStatistics(t.dtype) && !isStrided(t)) {
+      // 96 bytes cross instead of the tensor: the client computes them (dumpOp).
+      s.payload = ipc::PayloadKind::kStatistics;
+      s.data_bytes = sizeof(ipc::StatsPayload);
     } else if (settings.defer && t.memory == Memory::kCuda && t.bytes != 0) {
       // Kept on the device by the flight recorder: its statistics now, its bytes on a fetch.
       // A dump-once source like any other (a repeat becomes a reference and takes no

@@ -24,7 +24,10 @@ struct OpPlanSettings {
   bool want_outputs = true;        // ... and outputs
   bool device_statistics = false;  // CUDA tensors' statistics are computed on the device
   bool defer = false;              // this op's CUDA tensors stay on the device (recorder)
-  uint64_t timestamp_us = 0;       // every tensor's timestamp
+  // Contiguous host tensors send their statistics, computed by the client (only statistics of
+  // this step are written, and the caller does not write the payloads itself).
+  bool host_statistics = false;
+  uint64_t timestamp_us = 0;  // every tensor's timestamp
 };
 
 struct OpPlan {

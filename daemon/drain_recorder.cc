@@ -14,6 +14,24 @@
 
 namespace dumpd::daemon {
 
+namespace {
+
+// Whether v's bytes hold a NaN or inf: the producer's answer from its copy when it gave one
+// (no second read of the bytes), else a scan here.
+bool nonFiniteIn(const storage::TensorView& v) {
+  switch (v.producer_scan) {
+    case storage::TensorView::Scan::kFinite:
+      return false;
+    case storage::TensorView::Scan::kNonFinite:
+      return true;
+    case storage::TensorView::Scan::kUnknown:
+      break;
+  }
+  return storage::containsNonFinite(v.dtype, v.data);
+}
+
+}  // namespace
+
 void findNonFinite(OpTask& task) {
   for (size_t i = 0; i < task.views.size(); ++i) {
     const storage::TensorView& v = task.views[i];
@@ -21,7 +39,7 @@ void findNonFinite(OpTask& task) {
     if (v.sums != nullptr) {
       nan = v.sums->nan != 0;
       inf = v.sums->negative_inf != 0 || v.sums->positive_inf != 0;
-    } else if (!v.data.empty() && storage::containsNonFinite(v.dtype, v.data)) {
+    } else if (!v.data.empty() && nonFiniteIn(v)) {
       // Rare: which of the two is worth a second pass.
       storage::TensorStats stats;
       const uint64_t elements = elementCount(v.shape).value_or(0);

@@ -24,6 +24,7 @@ storage::StatSums sumsFromWire(const ipc::StatsPayload& p) {
   s.nan = p.nan;
   s.negative_inf = p.negative_inf;
   s.positive_inf = p.positive_inf;
+  s.sum_is_average = (p.flags & ipc::kStatsAverage) != 0;
   return s;
 }
 
@@ -220,6 +221,10 @@ bool RingDrain::addView(OpTask& task, uint64_t sequence, uint32_t index, const C
       break;
     default:
       v.data = std::span<const std::byte>(t.data, t.data_bytes);
+      if (t.checked) {
+        v.producer_scan = t.non_finite ? storage::TensorView::Scan::kNonFinite
+                                       : storage::TensorView::Scan::kFinite;
+      }
   }
   if (t.memo && c.elements != 0) {
     if (auto memo = dump_once_.remember(sequence, index, memo_of, kept)) {

@@ -1,5 +1,6 @@
 #include "ipc/op_codec.h"
 
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -70,7 +71,8 @@ uint64_t opBodyBytes(const OpSpec& op) {
   return off;
 }
 
-void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*> payloads) {
+void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*> payloads,
+                        std::span<std::byte*> descriptors) {
   OpHeader h{};
   h.graph_id = op.graph_id;
   h.iteration = op.iteration;
@@ -101,6 +103,7 @@ void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*>
     d.data_offset = data_off;
     d.data_bytes = t.data_bytes;
     std::memcpy(body + off, &d, sizeof d);
+    if (!descriptors.empty()) descriptors[i] = body + off + offsetof(TensorDesc, io);
     off += sizeof d;
     const size_t dims_bytes = t.shape.size() * sizeof(int64_t);
     if (dims_bytes != 0) std::memcpy(body + off, t.shape.data(), dims_bytes);
@@ -143,8 +146,12 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     off += sizeof d;
     if (d.ndim > kMaxDims) return bad("tensor with " + std::to_string(d.ndim) + " dims");
     const uint8_t kind = d.io >> kPayloadKindShift;
-    if ((d.io & ~(kIoBit | kMemoBit) & ((1u << kPayloadKindShift) - 1)) != 0 ||
-        kind > static_cast<uint8_t>(PayloadKind::kDeferred)) {
+    const uint8_t scan = d.io & (kCheckedBit | kNonFiniteBit);
+    if ((d.io & ~(kIoBit | kMemoBit | kCheckedBit | kNonFiniteBit) &
+         ((1u << kPayloadKindShift) - 1)) != 0 ||
+        kind > static_cast<uint8_t>(PayloadKind::kDeferred) ||
+        (scan != 0 &&
+         (kind != static_cast<uint8_t>(PayloadKind::kBytes) || (scan & kCheckedBit) == 0))) {
       return bad("io value " + std::to_string(d.io));
     }
     if (d.format_len > kMaxFormatBytes) return bad("format longer than 64 bytes");
@@ -156,6 +163,8 @@ Status decodeOp(const std::byte* body, uint64_t body_bytes, DecodedOp& out) {
     t.io = d.io & kIoBit;
     t.payload = static_cast<PayloadKind>(kind);
     t.memo = (d.io & kMemoBit) != 0;
+    t.checked = (d.io & kCheckedBit) != 0;
+    t.non_finite = (d.io & kNonFiniteBit) != 0;
     t.dtype = d.dtype;
     t.slot = d.slot;
     t.timestamp_us = d.timestamp_us;
@@ -207,7 +216,8 @@ std::string statsPayloadProblem(const StatsPayload& p, uint64_t elements) {
              std::to_string(elements);
     }
   }
-  return p.reserved != 0 ? "has a non-zero reserved field" : std::string();
+  return (p.flags & ~kStatsAverage) != 0 ? "has unknown flags " + std::to_string(p.flags)
+                                         : std::string();
 }
 
 }  // namespace dumpd::ipc

@@ -48,7 +48,10 @@ Status checkOpSpec(const OpSpec& op);
 uint64_t opBodyBytes(const OpSpec& op);
 // Writes the descriptors into `body` (opBodyBytes(op) bytes) and stores where each tensor's
 // payload goes in payloads[i] (the caller copies or produces the bytes there).
-void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*> payloads);
+// descriptors[i], when given, gets the address of tensor i's TensorDesc::io byte (the
+// producer sets kCheckedBit / kNonFiniteBit there after its copy, before the commit).
+void writeOpDescriptors(std::byte* body, const OpSpec& op, std::span<std::byte*> payloads,
+                        std::span<std::byte*> descriptors = {});
 
 // Consumer side: a decoded record. Names, dims and formats are copied out of shared memory
 // (the producer may still write there); payload pointers stay in the ring.
@@ -56,7 +59,11 @@ struct DecodedTensor {
   uint8_t io;  // 0 input, 1 output
   uint8_t dtype;
   PayloadKind payload;  // kStatistics / kSame: data holds a StatsPayload / SamePayload
-  bool memo;            // kMemoBit
+  // One byte together, so that a kept record's descriptors cost what they did (the flight
+  // recorder's memory bound counts them).
+  bool memo : 1;        // kMemoBit
+  bool checked : 1;     // kCheckedBit: non_finite is the producer's scan of the bytes
+  bool non_finite : 1;  // kNonFiniteBit
   uint32_t slot;
   uint64_t timestamp_us;
   uint32_t dims_begin;  // index into DecodedOp::dims
@@ -66,6 +73,8 @@ struct DecodedTensor {
   const std::byte* data;
   uint64_t data_bytes;
 };
+
+static_assert(sizeof(DecodedTensor) == 48, "kept records are accounted by this size");
 
 struct DecodedOp {
   uint32_t graph_id = 0;

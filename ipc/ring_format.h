@@ -20,8 +20,10 @@ inline constexpr uint64_t kRingMagic = 0x31676e6952445044ull;  // "DPDRing1" lit
 // order by the client's device pipeline, and given up when a device copy fails). 4: tensor
 // payload kinds (TensorDesc::io bits 4..7): statistics computed on the device. 5: dump-once
 // references (PayloadKind::kSame, TensorDesc::io bit 1). 6: tensors kept on the device
-// (PayloadKind::kDeferred) and the daemon's fetch request (RingControl::fetch_*).
-inline constexpr uint32_t kRingVersion = 6;
+// (PayloadKind::kDeferred) and the daemon's fetch request (RingControl::fetch_*). 7: the
+// producer's NaN/inf scan made while copying (TensorDesc::io kCheckedBit, kNonFiniteBit);
+// statistics of host tensors computed by the client (StatsPayload::flags kStatsAverage).
+inline constexpr uint32_t kRingVersion = 7;
 inline constexpr size_t kRingControlBytes = 4096;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr uint64_t kMinRingBytes = 64 * 1024;
@@ -136,7 +138,8 @@ inline constexpr size_t kMaxReplicaGroup = 65536;
 // TensorDescs, each followed by ndim int64 dims and format_len bytes, padded to 8. Payloads
 // follow at data_offset (from the record start), each 64-byte aligned.
 struct TensorDesc {
-  uint8_t io;     // bit 0: 0 input, 1 output; bit 1: kMemoBit; bits 4..7: PayloadKind; others 0
+  uint8_t io;     // bit 0: 0 input, 1 output; bit 1: kMemoBit; bits 2, 3: kCheckedBit,
+                  // kNonFiniteBit; bits 4..7: PayloadKind
   uint8_t dtype;  // DType wire value
   uint8_t ndim;
   uint8_t format_len;
@@ -150,7 +153,7 @@ static_assert(sizeof(TensorDesc) == 32);
 // What a tensor's payload holds.
 enum class PayloadKind : uint8_t {
   kBytes = 0,       // the tensor's bytes (sourceBytes(dtype, elements))
-  kStatistics = 1,  // one StatsPayload: the producer computed the statistics on its device
+  kStatistics = 1,  // one StatsPayload: the producer computed the statistics
   kSame = 2,        // one SamePayload: the bytes of an earlier tensor of the same step
   // A DeferredPayload, then the tensor's bytes once its state says so: a flight recorder
   // keeps the tensor on the device until a trigger asks for it.
@@ -160,6 +163,11 @@ inline constexpr uint8_t kIoBit = 0x01;
 // Dump once: later tensors of the same step may name this one in a SamePayload. The daemon
 // remembers what it wrote for flagged tensors only, at most kMaxMemoTensorsPerStep per step.
 inline constexpr uint8_t kMemoBit = 0x02;
+// PayloadKind::kBytes only: the producer looked for NaN and inf while it copied the bytes
+// (kCheckedBit) and found one (kNonFiniteBit). Without kCheckedBit the daemon looks itself.
+// Untrusted like everything in the ring: a lie only changes what its own job's recorder sees.
+inline constexpr uint8_t kCheckedBit = 0x04;
+inline constexpr uint8_t kNonFiniteBit = 0x08;
 inline constexpr int kPayloadKindShift = 4;
 inline constexpr uint32_t kMaxMemoTensorsPerStep = 16384;
 
@@ -174,8 +182,10 @@ struct SamePayload {
 static_assert(sizeof(SamePayload) == 16);
 
 // PayloadKind::kStatistics: the sums behind statistic.csv, over every element converted to
-// double (bool 0/1; float16/bfloat16/int4 decoded). max/min ignore NaN (they stay -inf/+inf
-// when every element is NaN); the daemon derives the printed values (NaN rules, avg, l2norm).
+// double (bool 0/1; float16/bfloat16/int4 decoded), computed by the device (CUDA tensors) or
+// by the client (host tensors whose selected output is only statistics: kStatsAverage). max/min
+// ignore NaN (they stay -inf/+inf when every element is NaN); the daemon derives the printed values
+// (NaN rules, avg, l2norm).
 struct StatsPayload {
   uint64_t count;  // elements; must equal the shape's element count
   uint64_t nan;
@@ -188,9 +198,13 @@ struct StatsPayload {
   double min;
   double sum;
   double sum_squares;
-  uint64_t reserved;  // zero
+  uint64_t flags;  // kStatsAverage; other bits zero
 };
 static_assert(sizeof(StatsPayload) == 96);
+// StatsPayload::flags: `sum` is the average by the job's ms_format rule and `sum_squares` that
+// rule's sum of squares (the client computed a host tensor's statistics with dumpd's own
+// library, storage/format/stat_values.h), not plain sums.
+inline constexpr uint64_t kStatsAverage = 1;
 
 // PayloadKind::kDeferred: the producer's device computed the statistics (for the recorder's
 // NaN/infinity check) and keeps a snapshot of the bytes, which it copies to

@@ -317,9 +317,15 @@ Result<RingConsumer> RingConsumer::attach(UniqueFd memfd, uint64_t claimed_bytes
   RingControl ctl_copy;
   std::memcpy(static_cast<void*>(&ctl_copy), base, offsetof(RingControl, head));
   const uint64_t capacity = ctl_copy.capacity;
-  if (ctl_copy.magic != kRingMagic || ctl_copy.version != kRingVersion ||
-      ctl_copy.control_bytes != kRingControlBytes) {
-    return makeError(ErrorCode::kProtocol, "ring control block has a bad magic or version");
+  if (ctl_copy.magic != kRingMagic || ctl_copy.control_bytes != kRingControlBytes) {
+    return makeError(ErrorCode::kProtocol, "ring control block has a bad magic");
+  }
+  if (ctl_copy.version != kRingVersion) {
+    return makeError(ErrorCode::kProtocol,
+                     "the client's ring format is version " + std::to_string(ctl_copy.version) +
+                         ", this dumpd reads version " + std::to_string(kRingVersion) +
+                         ": the client library and the daemon come from different dumpd " +
+                         "releases; install the same release of both");
   }
   if (capacity % kRecordAlign != 0 || capacity < kMinRingBytes ||
       capacity > claimed_bytes - kRingControlBytes) {

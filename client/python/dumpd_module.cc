@@ -29,7 +29,7 @@ constexpr const char* kClientDoc =
 
 Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpressure=None,
        *, device_staging_bytes=None, cuda_fallback="error", dump_once=True, ms_format=None,
-       flight_recorder=None)
+       flight_recorder=None, host_statistics=True)
 
   config        path of the job's data_dump.json (str or os.PathLike), or a dict holding the
                 job config itself; default $MINDSPORE_DUMP_CONFIG.
@@ -57,6 +57,11 @@ Client(config=None, socket=None, rank=None, device=None, ring_bytes=None, backpr
   flight_recorder
                 a dict: the job config's "flight_recorder" section (docs/recorder.md), which
                 it replaces; checked like the file's, errors name the key.
+  host_statistics
+                True (default): an array of which only statistics are written (saved_data
+                "statistic" without md5/sha1, or a step a "statistic" recorder keeps) has
+                them computed in this process by dumpd's own rule, and 96 bytes cross;
+                False: its bytes cross and dumpd computes them.
 
 CUDA tensors (dumpd.DeviceArray, or objects with __cuda_array_interface__) cost the caller a
 device copy on the op's stream and no host synchronisation: the bytes reach the ring on a
@@ -226,7 +231,7 @@ PYBIND11_MODULE(_dumpd, m) {
            py::arg("backpressure") = py::none(), py::kw_only(),
            py::arg("device_staging_bytes") = py::none(), py::arg("cuda_fallback") = "error",
            py::arg("dump_once") = true, py::arg("ms_format") = py::none(),
-           py::arg("flight_recorder") = py::none())
+           py::arg("flight_recorder") = py::none(), py::arg("host_statistics") = true)
       .def("set_step", &PyClient::setStep, py::arg("iteration"), py::arg("graph_id") = 0,
            "Marks the current iteration (and graph). Moving to a new step completes the previous "
            "one. Dumps are filtered by the config's \"iteration\" against this value.")

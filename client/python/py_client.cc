@@ -46,9 +46,10 @@ std::unique_ptr<PyClient> PyClient::create(
     std::optional<int64_t> device, std::optional<int64_t> ring_bytes,
     std::optional<std::string> backpressure, std::optional<int64_t> device_staging_bytes,
     const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format,
-    py::object flight_recorder) {
+    py::object flight_recorder, bool host_statistics) {
   client::Options o;
   o.dump_once = dump_once;
+  o.host_statistics = host_statistics;
   if (!flight_recorder.is_none()) {
     if (!py::isinstance<py::dict>(flight_recorder)) {
       throw py::type_error(
@@ -342,6 +343,7 @@ py::dict PyClient::stats() {
   d["device_records_failed"] = s.device_records_failed;
   d["device_in_flight"] = s.device_in_flight;
   d["device_statistics"] = s.device_statistics;
+  d["host_statistics"] = s.host_statistics;
   d["device_records_deferred"] = s.device_records_deferred;
   d["device_records_fetched"] = s.device_records_fetched;
   d["device_records_released"] = s.device_records_released;

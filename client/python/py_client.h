@@ -35,7 +35,7 @@ class PyClient {
       std::optional<int64_t> device, std::optional<int64_t> ring_bytes,
       std::optional<std::string> backpressure, std::optional<int64_t> device_staging_bytes,
       const std::string& cuda_fallback, bool dump_once, std::optional<std::string> ms_format,
-      py::object flight_recorder);
+      py::object flight_recorder, bool host_statistics);
 
   ~PyClient();
 

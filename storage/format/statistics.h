@@ -9,6 +9,7 @@
 
 #include "base/dtype.h"
 #include "config/ms_format.h"
+#include "storage/format/stat_values.h"
 #include "storage/fs/file_system.h"
 
 namespace dumpd::storage {
@@ -27,22 +28,6 @@ struct TensorStats {
   uint64_t positive_inf = 0;
   std::array<unsigned char, 16> md5{};
   std::array<unsigned char, 20> sha1{};
-};
-
-// The sums one pass accumulates, before the NaN rules: what a producer that computed the
-// statistics on its device sends instead of the bytes (ipc::StatsPayload).
-struct StatSums {
-  uint64_t count = 0;
-  double max = -std::numeric_limits<double>::infinity();  // over non-NaN elements
-  double min = std::numeric_limits<double>::infinity();
-  double sum = 0;
-  double sum_squares = 0;
-  uint64_t negative = 0;
-  uint64_t positive = 0;
-  uint64_t zero = 0;
-  uint64_t nan = 0;
-  uint64_t negative_inf = 0;
-  uint64_t positive_inf = 0;
 };
 
 // The printed statistics of `sums` (hashes untouched): max/min/avg/l2norm are NaN when any

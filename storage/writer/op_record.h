@@ -18,6 +18,11 @@ struct TensorView {
   Io io = Io::kOutput;
   uint32_t slot = 0;
   DType dtype = DType::kFloat32;
+  // What the producer's copy found when it looked for NaN and inf in `data` (the ring's
+  // kCheckedBit); kUnknown: it did not look. (Beside dtype: in its padding, so a kept
+  // record costs what it did.)
+  enum class Scan : uint8_t { kUnknown, kFinite, kNonFinite };
+  Scan producer_scan = Scan::kUnknown;
   std::span<const int64_t> shape;             // logical shape (int4: the unpacked last dimension)
   std::string_view format = "DefaultFormat";  // producer's format string (trans_flag false)
   uint64_t timestamp_us = 0;                  // wall clock, microseconds since the epoch

@@ -93,6 +93,30 @@ TEST(OpPlan, CudaTensorsSendStatisticsOrADeferredSnapshotWhenAsked) {
   EXPECT_EQ(plan.specs[1].payload, ipc::PayloadKind::kBytes);
 }
 
+TEST(OpPlan, ContiguousHostTensorsSendStatisticsWhenAsked) {
+  std::vector<Tensor> ts{floats(Io::kOutput, 0), floats(Io::kOutput, 1, Memory::kCuda),
+                         floats(Io::kOutput, 2)};
+  OpPlanSettings s;
+  s.host_statistics = true;
+  OpPlan plan;
+  ASSERT_TRUE(planOp(call(ts), s, plan));
+  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kStatistics);
+  EXPECT_EQ(plan.specs[0].data_bytes, sizeof(ipc::StatsPayload));
+  EXPECT_EQ(plan.specs[1].payload, ipc::PayloadKind::kBytes);  // CUDA: device_statistics'
+  // A strided view keeps its bytes (the copy makes it contiguous), so does complex64.
+  const std::array<int64_t, 2> strides{4, 8};  // column-major
+  ts[0].strides = strides;
+  ts[2].dtype = DType::kComplex64;
+  ts[2].bytes = 6 * 8;
+  ASSERT_TRUE(planOp(call(ts), s, plan));
+  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kBytes);
+  EXPECT_EQ(plan.specs[2].payload, ipc::PayloadKind::kBytes);
+  s.host_statistics = false;
+  ts[0].strides = {};
+  ASSERT_TRUE(planOp(call(ts), s, plan));
+  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kBytes);
+}
+
 TEST(OpPlan, MalformedTensorsAreNamedByOpAndSlot) {
   OpPlan plan;
   const OpPlanSettings s;

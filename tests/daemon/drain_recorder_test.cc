@@ -161,5 +161,41 @@ TEST_F(DrainRecorderTest, ARecorderTurnedOffReleasesWhatItKeeps) {
   EXPECT_TRUE(written_.empty()) << "an off recorder takes no trigger";
 }
 
+// The producer's scan from its copy (ring kCheckedBit) is taken as it is: no second read of
+// the bytes. Without one the bytes are scanned here.
+TEST(FindNonFinite, TakesTheProducersScanAndScansOnlyWithoutOne) {
+  using Scan = storage::TensorView::Scan;
+  const float nan_bytes[] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  const float inf_bytes[] = {std::numeric_limits<float>::infinity(), 2.0f};
+  const float plain[] = {1.0f, 2.0f};
+  static const int64_t kShape[] = {2};
+  const auto view = [](const float* data, Scan scan) {
+    storage::TensorView v;
+    v.dtype = DType::kFloat32;
+    v.shape = kShape;
+    v.data = std::as_bytes(std::span<const float>(data, 2));
+    v.producer_scan = scan;
+    return v;
+  };
+  const auto run = [](std::vector<storage::TensorView> views) {
+    OpTask task;
+    task.views = std::move(views);
+    findNonFinite(task);
+    return std::make_pair(task.nan_view, task.inf_view);
+  };
+  // No scan: the NaN in view 1 and the inf in view 2 are found here.
+  EXPECT_EQ(run({view(plain, Scan::kUnknown), view(nan_bytes, Scan::kUnknown),
+                 view(inf_bytes, Scan::kUnknown)}),
+            std::make_pair(1u, 2u));
+  // The producer said finite: its word is taken (the NaN in the bytes is not looked for).
+  EXPECT_EQ(run({view(nan_bytes, Scan::kFinite), view(inf_bytes, Scan::kFinite)}),
+            std::make_pair(OpTask::kNoView, OpTask::kNoView));
+  // It said non-finite: which of the two is found in the bytes; a claim the bytes do not bear
+  // out names nothing.
+  EXPECT_EQ(run({view(plain, Scan::kNonFinite), view(inf_bytes, Scan::kNonFinite),
+                 view(nan_bytes, Scan::kNonFinite)}),
+            std::make_pair(2u, 1u));
+}
+
 }  // namespace
 }  // namespace dumpd::daemon::testing

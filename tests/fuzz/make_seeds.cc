@@ -333,7 +333,7 @@ void payloadKindSeeds(const fs::path& out) {
       {"statistics_counts_wrap",
        [](ipc::StatsPayload& p) { p.nan = p.negative_inf = uint64_t{1} << 63; }},
       {"statistics_count_over", [](ipc::StatsPayload& p) { p.positive = 5; }},
-      {"statistics_reserved", [](ipc::StatsPayload& p) { p.reserved = 1; }},
+      {"statistics_flags", [](ipc::StatsPayload& p) { p.flags = 2; }},
   };
   for (const auto& [name, forge] : stats) {
     RingWriter w;

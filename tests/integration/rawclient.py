@@ -37,7 +37,7 @@ PROTO = REPO / "proto" / "dumpd.proto"
 # ---------------------------------------------------------------- ring layout (ring_format.h)
 
 RING_MAGIC = 0x31676E6952445044  # "DPDRing1" little-endian
-RING_VERSION = 6
+RING_VERSION = 7
 CONTROL_BYTES = 4096
 RECORD_ALIGN = 64
 RECORD_MAGIC = 0x52445044  # "DPDR"
@@ -706,16 +706,17 @@ def agent_stats(a):
     """One op whose 4-element float32 output is sent as device statistics
     (PayloadKind::kStatistics) of the values 1..4, forged as --forge says: "wrap" (nan and
     negative_inf of 2^63: their sum wraps to 0), "over" (more positive elements than
-    elements), "reserved" (a non-zero reserved field), "none". One line as agent_repeats."""
+    elements), "flags" (a flag no ring version defines: 2), "none". One line as
+    agent_repeats."""
     s = RawSession(a.socket, Path(a.config).read_text(), a.root, capacity=a.ring_bytes,
                    rank=a.rank)
     counts = {"count": 4, "nan": 0, "negative_inf": 0, "positive_inf": 0, "zero": 0,
-              "negative": 0, "positive": 4, "reserved": 0}
+              "negative": 0, "positive": 4, "flags": 0}
     counts.update({"wrap": {"nan": 1 << 63, "negative_inf": 1 << 63}, "over": {"positive": 5},
-                   "reserved": {"reserved": 1}}.get(a.forge, {}))
+                   "flags": {"flags": 2}}.get(a.forge, {}))
     payload = STATS_PAYLOAD.pack(counts["count"], counts["nan"], counts["negative_inf"],
                                  counts["positive_inf"], counts["zero"], counts["negative"],
-                                 counts["positive"], 4.0, 1.0, 10.0, 30.0, counts["reserved"])
+                                 counts["positive"], 4.0, 1.0, 10.0, 30.0, counts["flags"])
     try:
         s.ring.commit_op(0, 0, "Default/Stats-op0", payload, op_type="Stats",
                          io=1 | PAYLOAD_STATISTICS, shape=(4,))

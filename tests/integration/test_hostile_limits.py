@@ -190,6 +190,22 @@ def test_sparse_ring_memfd_is_refused_without_growing_dumpd(harness, workdir):
     h.finish()
 
 
+def test_a_ring_of_another_release_is_refused_naming_both_versions(harness, workdir):
+    h = harness()
+    ring = rc.Ring(1 << 20)
+    h.cleanups.append(ring.close)
+    ring.set("version", rc.RING_VERSION - 1)  # a client library of the previous release
+    root = make_dir(workdir / "old-client")
+    with pytest.raises(rc.SessionRefused) as refused:
+        h.raw_session(root, job_config(root), ring=ring)
+    message = refused.value.message
+    assert (f"ring format is version {rc.RING_VERSION - 1}, this dumpd reads version "
+            f"{rc.RING_VERSION}") in message, message
+    assert "different dumpd releases" in message, message
+    h.benign.wait_flushes(3)
+    h.finish()
+
+
 def test_status_lists_64_of_200000_unused_kernels(harness, workdir):
     h = harness()
     root = make_dir(workdir / "kernels")

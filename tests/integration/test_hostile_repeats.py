@@ -115,7 +115,7 @@ def test_new_first_files_stop_at_the_free_space_floor(harness, small_tmpfs):
     h.finish()
 
 
-@pytest.mark.parametrize("forge", ["wrap", "over", "reserved"])
+@pytest.mark.parametrize("forge", ["wrap", "over", "flags"])
 def test_forged_device_statistics_end_only_their_session(harness, workdir, forge):
     h = harness()
     root = make_dir(workdir / f"stats-{forge}", owner=UID_A)

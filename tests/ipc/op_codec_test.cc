@@ -156,9 +156,11 @@ TEST(OpCodec, AStatisticsPayloadCountsExactlyTheTensorsElementsAndHasNoReservedB
     over.*field = 7;
     EXPECT_NE(statsPayloadProblem(over, 6).find("counts 7 "), std::string::npos);
   }
-  StatsPayload reserved = p;
-  reserved.reserved = 1;
-  EXPECT_EQ(statsPayloadProblem(reserved, 6), "has a non-zero reserved field");
+  StatsPayload flagged = p;
+  flagged.flags = kStatsAverage;
+  EXPECT_EQ(statsPayloadProblem(flagged, 6), "");
+  flagged.flags = 2;
+  EXPECT_EQ(statsPayloadProblem(flagged, 6), "has unknown flags 2");
 }
 
 TEST(OpCodec, SameAsReferencesAndMemoFlagsRoundTrip) {
@@ -214,7 +216,8 @@ TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
   op.op_name = "n";
   op.tensors = std::span<const TensorSpec>(&t, 1);
   // The io byte of tensor 0 is the first byte of its descriptor: body offset 32 + 8.
-  for (uint8_t io : {uint8_t{0x04}, uint8_t{0x08}, uint8_t{0x41}, uint8_t{0xf0}}) {
+  // 0x08: "found a NaN" without "looked"; 0x1d: scan bits on a statistics payload.
+  for (uint8_t io : {uint8_t{0x08}, uint8_t{0x1d}, uint8_t{0x41}, uint8_t{0xf0}}) {
     Encoded e = encode(op);
     std::memcpy(e.body.data() + 40, &io, 1);
     DecodedOp d;
@@ -232,6 +235,37 @@ TEST(OpCodec, UnknownPayloadKindsAndStrayIoBitsAreRejected) {
   EXPECT_EQ(s.error().message.find("io value"), std::string::npos) << s.error().message;
   EXPECT_NE(s.error().message.find("deferred payload of tensor 0 is 16 bytes"), std::string::npos)
       << s.error().message;
+}
+
+TEST(OpCodec, TheProducersNonFiniteScanRoundTripsThroughTheIoByte) {
+  const int64_t shape[] = {4};
+  TensorSpec t[2];
+  for (TensorSpec& x : t) {
+    x.shape = shape;
+    x.data_bytes = 16;
+  }
+  OpSpec op;
+  op.op_type = "Relu";
+  op.op_name = "n";
+  op.tensors = t;
+  std::vector<std::byte> body(opBodyBytes(op));
+  std::byte* payloads[2];
+  std::byte* descriptors[2];
+  writeOpDescriptors(body.data(), op, payloads, descriptors);
+  DecodedOp d;
+  ASSERT_TRUE(decodeOp(body.data(), body.size(), d).has_value());
+  EXPECT_FALSE(d.tensors[0].checked);
+  EXPECT_FALSE(d.tensors[1].checked);
+  *descriptors[0] |= std::byte{kCheckedBit};
+  *descriptors[1] |= std::byte{kCheckedBit | kNonFiniteBit};
+  auto s = decodeOp(body.data(), body.size(), d);
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_TRUE(d.tensors[0].checked);
+  EXPECT_FALSE(d.tensors[0].non_finite);
+  EXPECT_TRUE(d.tensors[1].checked);
+  EXPECT_TRUE(d.tensors[1].non_finite);
+  EXPECT_EQ(d.tensors[1].io, 1u);  // the scan bits are not the io
+  EXPECT_EQ(d.tensors[1].payload, PayloadKind::kBytes);
 }
 
 TEST(OpCodec, TruncatedBodiesAreRejected) {

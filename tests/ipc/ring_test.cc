@@ -48,7 +48,7 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RingControl, fetch_generation), 512u);
   EXPECT_EQ(offsetof(RingControl, fetch_through_iteration), 516u);
   EXPECT_EQ(offsetof(RingControl, fetch_from_sequence), 520u);
-  EXPECT_EQ(kRingVersion, 6u);
+  EXPECT_EQ(kRingVersion, 7u);
   EXPECT_EQ(static_cast<int>(PayloadKind::kDeferred), 3);
   EXPECT_EQ(sizeof(DeferredPayload), 128u);
   EXPECT_EQ(offsetof(DeferredPayload, state), 96u);
@@ -69,6 +69,19 @@ TEST(RingFormat, LayoutIsPinned) {
   EXPECT_EQ(recordLength(0), 64u);
   EXPECT_EQ(recordLength(32), 64u);
   EXPECT_EQ(recordLength(33), 128u);
+}
+
+TEST(RingFormat, AClientOfAnotherReleaseIsRefusedNamingBothVersions) {
+  auto p = RingProducer::create(kMinRingBytes);
+  ASSERT_TRUE(p.has_value());
+  const uint32_t old_version = 6;  // before the producer's NaN/inf scan bits
+  std::memcpy(p->mappedBase() + offsetof(RingControl, version), &old_version, 4);
+  auto c = RingConsumer::attach(dupFd(p->memfd()), p->mappedBytes(), 1ull << 30);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("ring format is version 6, this dumpd reads version 7"),
+            std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find("different dumpd releases"), std::string::npos);
 }
 
 TEST(Ring, RecordsArriveWholeAndInOrder) {

@@ -1,0 +1,17 @@
+// A host tensor's statistics computed by the client, in place of its bytes, when only
+// statistics of it are written (docs/performance.md, "Statistics where the tensor is").
+#pragma once
+
+#include <cstddef>
+
+#include "client/client.h"
+#include "config/ms_format.h"
+
+namespace dumpd::client {
+
+// Writes t's ipc::StatsPayload (kStatsAverage: avg and the sum of squares by `format`'s rule,
+// the same library the daemon's writer uses) to dst.
+// REQUIRES: t is a contiguous host tensor with value statistics.
+void writeHostStatistics(std::byte* dst, const Tensor& t, config::MsFormat format);
+
+}  // namespace dumpd::client
