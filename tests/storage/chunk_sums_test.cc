@@ -4,6 +4,7 @@
 // lanes and the generic chunk sums).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -217,6 +218,43 @@ TEST(ChunkSumsRuleTest, Ms26AveragesOnlyTheFirstChunk) {
   for (uint64_t i = 10000; i < v.size(); ++i) v[i] = 3.0f;  // chunks of 10000: 1, 3, 3, 3
   EXPECT_EQ(statsOf(DType::kFloat32, v, v.size(), MsFormat::k26).avg, 1.0);
   EXPECT_EQ(statsOf(DType::kFloat32, v, v.size(), MsFormat::k27).avg, 2.5);
+}
+
+// 2.7 adds (slice_sum / slice_n) * slice_n, not slice_sum. The two differ only for sums of
+// 53 significant bits, which float32 data rarely gives, so the data is built for it: slice 1
+// holds a + b + c (float32 of exponents 24, 0 and -26, the sum rounded to 53 bits), the rest
+// zeros; the mantissas are searched until the final avg differs (so the test cannot pass by
+// accident). Through the lanes (8 full slices and a short one) and the generic path (3).
+TEST(ChunkSumsRuleTest, Ms27CombinesSlicesByTheirAverages) {
+  for (uint64_t n : {uint64_t{8 * 20480 + 1}, uint64_t{40961}}) {
+    uint64_t state = 52;
+    const auto mantissa = [&state] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return 1.0f + static_cast<float>((state >> 41) & 0x7fffff) / 8388608.0f;
+    };
+    bool found = false;
+    for (int trial = 0; trial < 2000 && !found; ++trial) {
+      const float a = std::ldexp(mantissa(), 24);
+      const float b = mantissa();
+      const float c = std::ldexp(mantissa(), -26);
+      const double slice = double{a} + double{b} + double{c};
+      const double plain = slice / static_cast<double>(n);
+      const double rule = (slice / 20480.0) * 20480.0 / static_cast<double>(n);
+      if (plain == rule) continue;
+      found = true;
+      std::vector<float> v(n, 0.0f);
+      v[20480] = a;
+      v[20481] = b;
+      v[20482] = c;
+      const std::vector<double> x(v.begin(), v.end());
+      const Ref r = reference27(x);
+      ASSERT_EQ(r.avg, rule);
+      const TensorStats s = statsOf(DType::kFloat32, v, n, MsFormat::k27);
+      EXPECT_EQ(s.avg, r.avg) << "n=" << n << " trial " << trial;
+      EXPECT_NE(s.avg, plain);
+    }
+    EXPECT_TRUE(found) << "no data makes the rules differ at n=" << n;
+  }
 }
 
 TEST(ChunkSumsRuleTest, LayoutsFollowEachGeneration) {
