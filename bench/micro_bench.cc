@@ -254,7 +254,12 @@ void BM_FiniteCopy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetLabel(state.range(0) == 0 ? "memcpy (reference)" : "copy + NaN/inf check");
 }
-BENCHMARK(BM_FiniteCopy)->Args({0, 1})->Args({1, 1})->Args({0, 16})->Args({1, 16});
+BENCHMARK(BM_FiniteCopy)
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Args({0, 16})
+    ->Args({1, 16})
+    ->Unit(benchmark::kMillisecond);
 
 // Replica fingerprints (base/fingerprint.h) of a 16 MiB tensor: Arg 0 is a plain read of the
 // same bytes (a sum of 64-bit words: the read bandwidth the fingerprint is judged against),

@@ -242,7 +242,7 @@ def main():
             t = micro_ms.get(name)
             if t and read:
                 size = 16 << 20 if "BF16" not in name else 8 << 20
-                row(f"16a. statistics of 16 MiB {what} (rate) vs a plain read",
+                row(f"16a. statistics of 4 Mi elements, {what} (rate) vs a plain read of 16 MiB",
                     size / (t / 1000) / 1e9, gbps(read), read / t * (size / (16 << 20)),
                     ">= 8 GB/s (float32), >= 4 (half types)", "GB/s")
         for size in ("1", "16"):
@@ -252,7 +252,7 @@ def main():
                 mib = int(size) << 20
                 row(f"16b. client copy of {size} MiB float32 with the NaN/inf check vs memcpy",
                     mib / (checked / 1000) / 1e9, mib / (plain / 1000) / 1e9, checked / plain,
-                    "(figure: the daemon's second pass is gone)", "GB/s")
+                    "(figure: replaces the daemon's second read)", "GB/s")
 
     peaks = {}
     for label, base in (("tmpfs", "/dev/shm"), ("disk", args.disk_dir)) if "client" in want \
