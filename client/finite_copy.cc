@@ -13,6 +13,7 @@ namespace {
 // Elements of U bits whose exponent field is all ones: NaN or inf.
 template <typename U>
 bool scalarCopy(std::byte* dst, const std::byte* src, uint64_t bytes, U exponent) {
+  if (bytes == 0) return false;  // the vector steps took it all (or there was nothing)
   std::memcpy(dst, src, bytes);
   const uint64_t n = bytes / sizeof(U);
   constexpr uint64_t kChunk = 4096;  // the chunk's found flag vectorises; test it per chunk
@@ -79,6 +80,7 @@ bool copyAs(std::byte* dst, const std::byte* src, uint64_t bytes, U exponent) {
 }  // namespace
 
 bool copyFindingNonFinite(std::byte* dst, const std::byte* src, uint64_t bytes, DType dtype) {
+  if (bytes == 0) return false;  // an empty tensor's pointers may be null: no memcpy of them
   switch (dtype) {
     case DType::kFloat16:
       return copyAs<16>(dst, src, bytes, uint16_t{0x7c00});
