@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 import torch
 
 import dumpd
-from dumpd.torch import _compiled, _steps
+from dumpd.torch import _compiled, _gate, _steps
 from dumpd.torch._session import _check_errors, _Session
 from dumpd.torch._units import FiredCheck, Unit, unit_paths
 
@@ -153,8 +153,9 @@ class _Hook:
     def __call__(self, module: torch.nn.Module, *hook_args: Any) -> None:
         outputs = () if self.out_arg is None else hook_args[self.out_arg]
         if self.site is not None and _compiled.is_compiling():
-            _compiled.emit(self.site, hook_args[self.in_arg] if self.inputs else (),
-                           outputs if self.outputs else ())
+            if self.session.gate.armed:  # dynamo guards on it (dumpd.torch._gate)
+                _compiled.emit(self.site, hook_args[self.in_arg] if self.inputs else (),
+                               outputs if self.outputs else ())
             return
         self.session.dump(self.op_type, self.name, hook_args[self.in_arg], outputs, self.inputs,
                           self.outputs)
@@ -180,6 +181,8 @@ class _UnitHook:
 
     def __call__(self, module: torch.nn.Module, args: Any, *output: Any) -> None:
         if self.site is not None and _compiled.is_compiling():
+            if not self.session.gate.armed:  # dynamo guards on it (dumpd.torch._gate)
+                return
             if self.begins:
                 _compiled.emit(self.site, (), ())
             else:
@@ -323,5 +326,6 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
         raise
     session.check = FiredCheck({path: leaves[path][1] for path in leaves})
     _steps.observe(client, session)
+    _gate.register(client, session)
     return AttachHandle(hooks, sites, names, gradient_names, session)
 

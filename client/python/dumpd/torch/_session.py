@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 import dumpd
+from dumpd.torch._gate import Gate
 from dumpd.torch._items import _Identities, _Items
 
 
@@ -23,7 +24,7 @@ class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
     __slots__ = ("client", "errors", "error", "cuda_mode", "identities", "fired", "check",
-                 "__weakref__")
+                 "gate", "__weakref__")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
@@ -35,6 +36,8 @@ class _Session:
         self.fired = 0
         # Until the first step mark after a dump: the names that fired (_units.FiredCheck).
         self.check: Any = None
+        # Whether compiled graphs carry the dump points this step (dumpd.torch._gate).
+        self.gate = Gate()
 
     def cuda_on_device(self) -> bool:
         """True when CUDA tensors go device-to-ring; False for the host fallback. Raises

@@ -6,6 +6,7 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
 import dumpd
+from dumpd.torch import _gate
 from dumpd.torch._session import _check_errors, _warn
 
 _T = TypeVar("_T")
@@ -152,6 +153,7 @@ def step(client: dumpd.Client, iteration: int, graph_id: int = 0, *, flush: bool
         _guarded(errors, "cannot report the loss", _report_loss, client, loss)
     _at_step_mark(client)
     _guarded(errors, "cannot mark the step", client.set_step, iteration, graph_id)
+    _gate.after_mark(client)
     return StepScope(client, iteration, flush, errors)
 
 
@@ -196,6 +198,7 @@ def _steps(client: dumpd.Client, iterable: Iterable[_T], start: int, graph_id: i
         if not failed:
             try:
                 client.set_step(iteration, graph_id)
+                _gate.after_mark(client)
             except dumpd.DaemonError as e:
                 if errors == "raise":
                     raise
