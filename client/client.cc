@@ -136,6 +136,7 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   settings.defer = m.defersOp(op);
   // From dumpOp only: reserveOp's caller writes the tensor's bytes itself.
   settings.host_statistics = dump_once && m.host_statistics;
+  settings.given_statistics = dump_once && m.device_statistics;
   settings.timestamp_us = nowMicros();
   const Status planned = planOp(op, settings, m.op);
   m.stats.tensors_filtered += m.op.filtered;
@@ -147,7 +148,7 @@ Result<Reservation> Client::reserve(const OpCall& op, bool dump_once) {
   uint64_t payload_bytes = 0;
   for (size_t i = 0; i < m.op.specs.size(); ++i) {
     const Tensor& t = *m.op.selected[i];
-    if (dump_once && t.identity != 0 && t.bytes != 0) m.markRepeat(i);
+    if (dump_once && t.identity != 0 && t.bytes != 0 && t.statistics == nullptr) m.markRepeat(i);
     payload_bytes += m.op.specs[i].data_bytes;
   }
   if (m.op.specs.empty()) return res;
@@ -237,6 +238,11 @@ Result<bool> Client::dumpOp(const OpCall& op) {
   m.device_copies.clear();
   for (size_t i = 0; i < m.op.selected.size(); ++i) {
     const Tensor* t = m.op.selected[i];
+    if (t->statistics != nullptr) {  // computed where the tensor is (planOp checked them)
+      std::memcpy(m.payloads[i], t->statistics, sizeof(ipc::StatsPayload));
+      ++m.stats.given_statistics;
+      continue;
+    }
     if (t->bytes == 0 || m.op.specs[i].payload == ipc::PayloadKind::kSame) continue;
     if (t->memory == Memory::kCuda) {
       DeviceCopy c{m.payloads[i], t->data, t->bytes};

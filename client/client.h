@@ -20,6 +20,10 @@
 
 #include "base/dtype.h"
 #include "base/io.h"
+
+namespace dumpd::ipc {
+struct StatsPayload;  // ipc/ring_format.h
+}  // namespace dumpd::ipc
 #include "base/result.h"
 #include "client/device_api.h"
 #include "ipc/backpressure.h"
@@ -88,6 +92,12 @@ struct Tensor {
   // links its file). 0: always send the bytes. The caller must change the identity when the
   // contents change (torch: the tensor's version counter does).
   uint64_t identity = 0;
+  // The tensor's statistics, computed by the caller where the tensor is (a compiled graph:
+  // dumpd.torch), sent in place of its bytes: `data` is not read, `bytes` is still the size
+  // of `shape` and `dtype`, and `count` must be its element count. Plain sums (no
+  // kStatsAverage). Only for a job that writes nothing but statistics of this tensor
+  // (Client::statisticsOnly()); dumpOp only. Else kInvalidArgument naming the slot.
+  const ipc::StatsPayload* statistics = nullptr;
 };
 
 struct OpCall {
@@ -138,6 +148,7 @@ struct Stats {
   uint64_t device_in_flight = 0;       // records whose copies have not completed yet
   uint64_t device_statistics = 0;      // tensors whose statistics the device computed
   uint64_t host_statistics = 0;        // host tensors whose statistics this client computed
+  uint64_t given_statistics = 0;       // tensors whose statistics the caller gave (compiled)
   // Flight recorder: records kept on the device (no device-to-host copy), of which copied
   // to the host when the daemon fetched them, and held snapshots given up for staging space.
   uint64_t device_records_deferred = 0;
@@ -207,6 +218,10 @@ class Client {
   bool shouldDump(std::string_view op_name, Io io, bool marked = false);
   // True when the current step and device are selected at all (cheap per-step gate).
   bool stepSelected() const;
+  // True when the job writes nothing but statistics of any tensor (saved_data "statistic"
+  // without md5/sha1, and a flight recorder, if any, in "statistic" mode): Tensor::statistics
+  // may stand in for a tensor's bytes. Fixed for the client's life.
+  bool statisticsOnly() const;
   // The replica check period an operator set (dumpctl control --replica-every), applied at a
   // step mark like every runtime change; 0 while none was set (docs/replicas.md).
   uint32_t replicaEvery() const;

@@ -183,6 +183,7 @@ const char* libraryVersion() { return kVersion; }
 uint32_t Client::rank() const { return impl_->rank; }
 uint32_t Client::device() const { return impl_->device; }
 bool Client::stepSelected() const { return impl_->step_selected; }
+bool Client::statisticsOnly() const { return impl_->device_statistics; }
 
 uint32_t Client::replicaEvery() const { return impl_->replica_every; }
 

@@ -59,8 +59,28 @@ Status planOp(const OpCall& op, const OpPlanSettings& settings, OpPlan& out) {
     s.format = t.format;
     s.timestamp_us = settings.timestamp_us;
     s.data_bytes = t.bytes;
-    if (settings.device_statistics && t.memory == Memory::kCuda && t.bytes != 0 &&
-        hasValueStatistics(t.dtype)) {
+    if (t.statistics != nullptr) {
+      if (!settings.given_statistics) {
+        return slotError(op, t,
+                         "statistics were given in place of the tensor, but this job writes "
+                         "more than statistics (saved_data, md5/sha1 or the flight recorder's "
+                         "mode), or the call reserves ring space (reserveOp)");
+      }
+      if (!hasValueStatistics(t.dtype)) {
+        return slotError(op, t, std::string(dtypeName(t.dtype)) + " has no statistics");
+      }
+      if (t.statistics->count != *elements) {
+        return slotError(op, t,
+                         "the statistics count " + std::to_string(t.statistics->count) +
+                             " elements, the shape holds " + std::to_string(*elements));
+      }
+      if (t.statistics->flags != 0) {
+        return slotError(op, t, "statistics flags must be 0 (plain sums)");
+      }
+      s.payload = ipc::PayloadKind::kStatistics;
+      s.data_bytes = sizeof(ipc::StatsPayload);
+    } else if (settings.device_statistics && t.memory == Memory::kCuda && t.bytes != 0 &&
+               hasValueStatistics(t.dtype)) {
       // Only the statistics cross to the host: computed on the device by the pipeline.
       s.payload = ipc::PayloadKind::kStatistics;
       s.data_bytes = sizeof(ipc::StatsPayload);

@@ -27,6 +27,9 @@ struct OpPlanSettings {
   // Contiguous host tensors send their statistics, computed by the client (only statistics of
   // this step are written, and the caller does not write the payloads itself).
   bool host_statistics = false;
+  // Tensors may carry their statistics (Tensor::statistics): the job writes only statistics
+  // and the call is a dumpOp. Else such a tensor is refused.
+  bool given_statistics = false;
   uint64_t timestamp_us = 0;  // every tensor's timestamp
 };
 

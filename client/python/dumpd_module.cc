@@ -19,6 +19,7 @@
 #include "client/python/errors.h"
 #include "client/python/host_buffer.h"
 #include "client/python/py_client.h"
+#include "client/python/statistics_item.h"
 #include "client/replicas.h"
 
 namespace dumpd::python {
@@ -84,6 +85,22 @@ Example:
         print(c.flush())
 )doc";
 
+constexpr const char* kStatisticsDoc =
+    R"doc(A tensor's statistics, computed where the tensor is, for dump_op() in place of it.
+
+Statistics(shape, dtype, values)
+
+  shape   the tensor's dimensions
+  dtype   its dumpd dtype name ("float32", "bfloat16", ...; not complex)
+  values  10 numbers: the counts of nan, -inf, +inf, zero, negative and positive elements,
+          then max and min (NaN excluded), and the plain sums of the values and of their
+          squares (taken as float64)
+
+Only a job that writes nothing but statistics takes them (Client.statistics_only); the
+statistic.csv row is computed from them as from a device's (avg = sum / count, l2norm =
+sqrt(sum_squares)). dumpd.torch makes them inside compiled graphs.
+)doc";
+
 constexpr const char* kDeviceArrayDoc =
     R"doc(A C-contiguous array in CUDA device memory, for dump()/dump_op().
 
@@ -145,6 +162,12 @@ PYBIND11_MODULE(_dumpd, m) {
 
   addExceptionTypes(m);
 
+  py::class_<StatisticsItem>(m, "Statistics", kStatisticsDoc)
+      .def(py::init(&makeStatisticsItem), py::arg("shape"), py::arg("dtype"), py::arg("values"))
+      .def_readonly("shape", &StatisticsItem::shape)
+      .def_property_readonly(
+          "dtype", [](const StatisticsItem& s) { return std::string(dtypeName(s.dtype)); })
+      .def_property_readonly("count", [](const StatisticsItem& s) { return s.stats.count; });
   py::class_<DeviceArray>(m, "DeviceArray", kDeviceArrayDoc)
       .def(py::init(&makeDeviceArray), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
            py::arg("device"))
@@ -315,6 +338,11 @@ PYBIND11_MODULE(_dumpd, m) {
           py::arg("exc_type"), py::arg("exc"), py::arg("tb"))
       .def_property_readonly("step_selected", &PyClient::stepSelected,
                              "True when the current iteration and device are selected at all.")
+      .def_property_readonly("statistics_only", &PyClient::statisticsOnly,
+                             "True when the job writes nothing but statistics (saved_data "
+                             "\"statistic\" without md5/sha1; a flight recorder in "
+                             "\"statistic\" mode): Statistics items may stand in for "
+                             "tensors.")
       .def_property_readonly("replica_every", &PyClient::replicaEvery,
                              "The replica check period an operator set with dumpctl control "
                              "--replica-every (from the step mark after it), or None.")

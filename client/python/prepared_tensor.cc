@@ -3,6 +3,7 @@
 #include "base/element_count.h"
 #include "client/python/arguments.h"
 #include "client/python/device_array.h"
+#include "client/python/statistics_item.h"
 
 namespace dumpd::python {
 namespace {
@@ -30,6 +31,20 @@ void prepareTensor(py::handle array, const std::optional<std::string>& dtype_ove
                    uint32_t slot, std::string_view format, const std::string& what,
                    PreparedTensor& out, bool strided_ok) {
   if (array.is_none()) throw py::type_error(what + " is None");
+  if (py::isinstance<StatisticsItem>(array)) {
+    if (dtype_override) throw py::value_error(what + ": a Statistics carries its own dtype");
+    const auto& s = array.cast<const StatisticsItem&>();
+    out.shape = s.shape;
+    out.stats = s.stats;
+    out.tensor.io = io;
+    out.tensor.slot = slot;
+    out.tensor.dtype = s.dtype;
+    out.tensor.shape = out.shape;
+    out.tensor.bytes = sourceBytes(s.dtype, s.stats.count);
+    out.tensor.format = format;
+    out.tensor.statistics = &out.stats;
+    return;
+  }
   if (py::isinstance<DeviceArray>(array)) {
     if (dtype_override) throw py::value_error(what + ": a DeviceArray carries its own dtype");
     prepareDevice(array.cast<const DeviceArray&>(), io, slot, format, what, out);

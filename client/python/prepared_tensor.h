@@ -14,6 +14,7 @@
 #include "base/io.h"
 #include "client/client.h"
 #include "client/python/host_buffer.h"
+#include "ipc/ring_format.h"
 
 namespace dumpd::python {
 
@@ -28,6 +29,8 @@ struct PreparedTensor {
   py::object keep;  // the device array's owner, alive until the op is enqueued
   // For __cuda_array_interface__ objects: the stream it names (0: none given).
   uintptr_t cai_stream = 0;
+  // For dumpd.Statistics: the row tensor.statistics points at.
+  ipc::StatsPayload stats{};
 };
 
 // Fills `out` from a Python array and an optional dtype override (see dump()'s docstring).

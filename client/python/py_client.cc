@@ -188,6 +188,10 @@ bool PyClient::shouldDump(const std::string& op_name, const std::string& io, boo
   return lockedFast([&](client::Client& c) { return c.shouldDump(op_name, which, marked); });
 }
 
+bool PyClient::statisticsOnly() {
+  return lockedFast([](client::Client& c) { return c.statisticsOnly(); });
+}
+
 bool PyClient::stepSelected() {
   return lockedFast([](client::Client& c) { return c.stepSelected(); });
 }
@@ -344,6 +348,7 @@ py::dict PyClient::stats() {
   d["device_in_flight"] = s.device_in_flight;
   d["device_statistics"] = s.device_statistics;
   d["host_statistics"] = s.host_statistics;
+  d["given_statistics"] = s.given_statistics;
   d["device_records_deferred"] = s.device_records_deferred;
   d["device_records_fetched"] = s.device_records_fetched;
   d["device_records_released"] = s.device_records_released;

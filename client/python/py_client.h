@@ -50,6 +50,7 @@ class PyClient {
   void prepareCuda(int64_t device);
   bool shouldDump(const std::string& op_name, const std::string& io, bool marked);
   bool stepSelected();
+  bool statisticsOnly();
   std::optional<uint32_t> replicaEvery();
   bool dump(const std::string& op_type, const std::string& op_name, const std::string& io,
             int64_t slot, py::handle array, std::optional<std::string> dtype,

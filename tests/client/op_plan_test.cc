@@ -117,6 +117,42 @@ TEST(OpPlan, ContiguousHostTensorsSendStatisticsWhenAsked) {
   EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kBytes);
 }
 
+TEST(OpPlan, GivenStatisticsStandInForTheTensorOnlyWhereTheJobTakesThem) {
+  ipc::StatsPayload given{};
+  given.count = 6;
+  std::vector<Tensor> ts{floats(Io::kOutput, 0, Memory::kCuda)};
+  ts[0].statistics = &given;
+  OpPlanSettings s;
+  s.given_statistics = true;
+  OpPlan plan;
+  ASSERT_TRUE(planOp(call(ts), s, plan));
+  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kStatistics);
+  EXPECT_EQ(plan.specs[0].data_bytes, sizeof(ipc::StatsPayload));
+
+  given.count = 5;  // the shape holds 6
+  auto e = planOp(call(ts), s, plan);
+  ASSERT_FALSE(e);
+  EXPECT_THAT(e.error().message, HasSubstr("tensor slot 0 of Default/Add-op1: the statistics "
+                                           "count 5 elements, the shape holds 6"));
+  given.count = 6;
+  given.flags = ipc::kStatsAverage;  // only plain sums come from outside
+  e = planOp(call(ts), s, plan);
+  ASSERT_FALSE(e);
+  EXPECT_THAT(e.error().message, HasSubstr("flags must be 0"));
+  given.flags = 0;
+  ts[0].dtype = DType::kComplex64;
+  ts[0].bytes = 6 * 8;
+  e = planOp(call(ts), s, plan);
+  ASSERT_FALSE(e);
+  EXPECT_THAT(e.error().message, HasSubstr("complex64 has no statistics"));
+  ts[0] = floats(Io::kOutput, 0);
+  ts[0].statistics = &given;
+  s.given_statistics = false;  // the job writes bytes, or the call is a reserveOp
+  e = planOp(call(ts), s, plan);
+  ASSERT_FALSE(e);
+  EXPECT_THAT(e.error().message, HasSubstr("statistics were given in place of the tensor"));
+}
+
 TEST(OpPlan, MalformedTensorsAreNamedByOpAndSlot) {
   OpPlan plan;
   const OpPlanSettings s;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from dumpd.torch import _compiled
 
@@ -42,3 +43,19 @@ def assert_same_tree(expected: dict, got: dict, rtol: float, atol: float) -> Non
         a, b = f.load(), got[key].load()
         assert a.dtype == b.dtype and a.shape == b.shape, key
         np.testing.assert_allclose(b, a, rtol=rtol, atol=atol, err_msg=str(key))
+
+
+class CNN(nn.Module):
+    """Conv2d, ReLU, MaxPool2d, Flatten, Linear: compiled, their values are bit-identical to
+    eager's (test_torch_compile.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.flat(self.pool(self.act(self.conv(x)))))

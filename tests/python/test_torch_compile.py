@@ -30,23 +30,10 @@ from compile_support import require_compile  # noqa: E402
 
 require_compile()
 
-from compile_support import assert_same_tree, compiled_frames, counters, fresh_counters  # noqa: E402,E501
+from compile_support import CNN, assert_same_tree, compiled_frames, counters, fresh_counters  # noqa: E402,E501
 from dumpd.torch import _compiled  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-class CNN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.act = nn.ReLU()
-        self.pool = nn.MaxPool2d(2)
-        self.flat = nn.Flatten()
-        self.fc = nn.Linear(8 * 8 * 8, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.flat(self.pool(self.act(self.conv(x)))))
 
 
 class Block(nn.Module):

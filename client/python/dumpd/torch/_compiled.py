@@ -44,11 +44,12 @@ from typing import Any, List, Optional
 
 import torch
 
-from dumpd.torch import _graph_pass, _sink_pass
+from dumpd.torch import _graph_pass, _graph_stats, _sink_pass
 from dumpd.torch._items import LINKS
 from dumpd.torch._session import _Session
 
 _OP = "dumpd::dump"
+_STATS_OP = "dumpd::dump_statistics"
 
 
 class Site:
@@ -125,6 +126,30 @@ if UNAVAILABLE is None:
 
     torch.library._register_effectful_op(_OP, torch.library.EffectType.ORDERED)
 
+    @torch.library.custom_op(_STATS_OP, mutates_args=())
+    def _dump_statistics(site: torch.Tensor, inputs: List[Optional[torch.Tensor]],
+                         outputs: List[Optional[torch.Tensor]], meta: List[int]) -> None:
+        """A dump point of a statistics-only job: `inputs` and `outputs` are the rows the
+        graph computed (dumpd.torch._graph_stats), `meta` their dtypes and shapes."""
+        entry = _sites.get(int(site))
+        if entry is None:
+            return
+        ins, at = _graph_stats.decode(inputs, meta, 0)
+        outs, _ = _graph_stats.decode(outputs, meta, at)
+        if entry.unit is not None:
+            entry.session.end_unit(entry.unit, ins, outs, entry.want_in, entry.want_out,
+                                   dump_once=False)
+            return
+        entry.session.dump(entry.op_type, entry.name, ins, outs, entry.want_in,
+                           entry.want_out, dump_once=False)
+
+    @_dump_statistics.register_fake
+    def _dump_statistics_fake(site: torch.Tensor, inputs: List[Optional[torch.Tensor]],
+                              outputs: List[Optional[torch.Tensor]], meta: List[int]) -> None:
+        return None
+
+    torch.library._register_effectful_op(_STATS_OP, torch.library.EffectType.ORDERED)
+
 
 def recompile_with_hooks(model: torch.nn.Module) -> None:
     """Makes torch.compile see the hooks attach() adds. By default dynamo does not guard on a
@@ -180,8 +205,17 @@ def _flatten(value: Any, out: List[Optional[torch.Tensor]]) -> List[Optional[tor
 
 
 def emit(site: Site, inputs: Any, outputs: Any) -> None:
-    """What a hook does while dynamo traces it: one dumpd::dump node in the graph."""
-    torch.ops.dumpd.dump(site.key, _flatten(inputs, []), _flatten(outputs, []), [])
+    """What a hook does while dynamo traces it: one dumpd::dump node in the graph, or for a
+    statistics-only job the tensors' statistics and one dumpd::dump_statistics node."""
+    ins, outs = _flatten(inputs, []), _flatten(outputs, [])
+    if (site.session.statistics_only and (ins or outs) and
+            all(_graph_stats.takes(t) for t in ins + outs)):
+        meta: List[Any] = []
+        in_rows = _graph_stats.rows(ins, meta)
+        out_rows = _graph_stats.rows(outs, meta)
+        torch.ops.dumpd.dump_statistics(site.key, in_rows, out_rows, meta)
+        return
+    torch.ops.dumpd.dump(site.key, ins, outs, [])
 
 
 def _map_tensors(value: Any, fn: Any, counter: List[int]) -> Any:

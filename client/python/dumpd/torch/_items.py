@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 import torch
 
 import dumpd
+from dumpd.torch._graph_stats import Row
 
 if TYPE_CHECKING:
     from dumpd.torch._session import _Session
@@ -170,7 +171,8 @@ class _Items:
         """One dump_op item for `value`: an array, an (array, dtype[, identity]) tuple, or
         None. `linked`: the identity a compiled graph's value numbers gave it."""
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-            return None
+            # A compiled graph's statistics row (dumpd.torch._graph_stats), else nothing.
+            return value.item() if isinstance(value, Row) else None
         if value.is_cuda and value.dtype in _DEVICE_DTYPES and self.session.cuda_on_device():
             item = self.device_item(value)  # the hot path: no detach(), no torch.device
         elif value.is_quantized or value.device.type == "meta":

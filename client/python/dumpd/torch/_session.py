@@ -24,7 +24,7 @@ class _Session:
     """What the hooks of one attach() share: the client and the error policy."""
 
     __slots__ = ("client", "errors", "error", "cuda_mode", "identities", "fired", "check",
-                 "gate", "__weakref__")
+                 "gate", "statistics_only", "__weakref__")
 
     def __init__(self, client: dumpd.Client, errors: str) -> None:
         self.client = client
@@ -38,6 +38,8 @@ class _Session:
         self.check: Any = None
         # Whether compiled graphs carry the dump points this step (dumpd.torch._gate).
         self.gate = Gate()
+        # The job writes only statistics: compiled graphs compute them (_graph_stats).
+        self.statistics_only = client.statistics_only
 
     def cuda_on_device(self) -> bool:
         """True when CUDA tensors go device-to-ring; False for the host fallback. Raises
