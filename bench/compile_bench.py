@@ -5,19 +5,22 @@ A small CNN (recorder_bench.py's SmallCnn: two convolutions, two linear layers, 
 batch 32, about 15 MB of module inputs and outputs a step) is trained with SGD, torch on two
 threads as in python_bench.py. Its forward is compiled with ``torch.compile(model)``
 (inductor; the backward is AOTAutograd's), or run eagerly. Per mode (compiled, eager), four
-configurations, each its own model instance (compiled once) and, when attached, its own
-dumpd.Client:
+configurations (five compiled), each its own model instance (compiled once) and, when
+attached, its own dumpd.Client:
 
   none       not attached: the reference of its mode
   idle       attached, the job config's `iteration` selects none of this run's steps: each
              dump point only asks should_dump and returns (target <= 1.03)
-  statistic  attached, saved_data "statistic", every step (target <= 1.10)
+  statistic  attached, saved_data "statistic", every step (target <= 1.10); compiled, the
+             graph computes the statistics (dumpd.torch._graph_stats)
+  statistic_tensors  (compiled only) the same with attach(graph_statistics=False): the graph
+             hands the tensors over and the client computes the statistics
   full       attached, saved_data "tensor", one iteration selected per round: the last step
              of the config's block; step_s is the median of those selected steps (each one's
              ratio to its round's reference block in `selected_ratios`), `unselected_step_s`
              the median of its other steps
 
-Every model is warmed up first (the first calls compile), then the eight configurations run
+Every model is warmed up first (the first calls compile), then the nine configurations run
 in blocks of steps, their order rotated each round, over several rounds. step_s is the
 median of a configuration's steps and `ratio` its ratio to the median undumped step of the
 same mode measured in the same run; `ratio_paired` is the median over rounds of the block's
@@ -62,7 +65,7 @@ from recorder_bench import SmallCnn
 
 RING_BYTES = 128 << 20
 TARGETS = {"none": "(reference)", "idle": "<= 1.03", "statistic": "<= 1.10",
-           "full": "(figure: the selected step)"}
+           "statistic_tensors": "(figure)", "full": "(figure: the selected step)"}
 BATCH = 32
 
 
@@ -126,11 +129,13 @@ class Config:
             config = job_config(Path(args.dir) / f"{mode}_{kind}", MODELS[args.model].__name__)
             common = config["common_dump_settings"]
             common["iteration"] = {"idle": "1000000", "statistic": "all",
+                                   "statistic_tensors": "all",
                                    "full": "|".join(map(str, selected))}[kind]
-            common["saved_data"] = "statistic" if kind == "statistic" else "tensor"
+            common["saved_data"] = "statistic" if kind.startswith("statistic") else "tensor"
             self.client = dumpd.Client(config=config, socket=args.socket, ring_bytes=RING_BYTES,
                                        backpressure="block")
-            self.handle = dumpd.torch.attach(self.model, self.client)
+            self.handle = dumpd.torch.attach(self.model, self.client,
+                                             graph_statistics=kind != "statistic_tensors")
         self.run = torch.compile(self.model) if mode == "compiled" else self.model
         self.iteration = 0
         self.blocks, self.selected_times = [], []  # unselected steps per round; selected
@@ -174,6 +179,7 @@ def training(args):
     configs = [Config(args, mode, kind, selected)
                for mode in ("compiled", "eager")
                for kind in ("none", "idle", "statistic", "full")]
+    configs.insert(3, Config(args, "compiled", "statistic_tensors", selected))
     t_compile = time.perf_counter()
     for c in configs:
         for _ in range(warmup):

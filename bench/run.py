@@ -158,6 +158,7 @@ def torch2_rows(row, results, bins, env, args, quick):
             if l["bench"] == "compile_step":
                 what = {"none": "undumped", "idle": "no iteration selected",
                         "statistic": "statistics every step",
+                        "statistic_tensors": "statistics every step, tensors handed over",
                         "full": "one selected iteration in full"}[l["config"]]
                 model = "CNN" if l.get("model", "small") == "small" else "channels-last Conv+BN CNN"
                 row(f"11. {l['mode']} {model} step, {what}, vs {l['mode']} undumped", l["step_s"],

@@ -234,7 +234,8 @@ class AttachHandle:
 
 def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
            outputs: bool = True, backward: bool = False, prefix: str = "Default",
-           errors: str = "raise", units: Iterable[Any] = ()) -> AttachHandle:
+           errors: str = "raise", units: Iterable[Any] = (),
+           graph_statistics: bool = True) -> AttachHandle:
     """Hooks every leaf module of `model` so each call dumps its inputs and outputs.
 
     inputs/outputs: which sides to dump at all (the job config's input_output and kernel
@@ -247,6 +248,10 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     (their own inputs and outputs) in a call where none of their hooked modules ran, as
     ``nn.MultiheadAttention`` and ``nn.TransformerEncoderLayer`` always are: for a module
     that uses its children's weights itself instead of calling them (dumpd.torch._units).
+    graph_statistics: under torch.compile, a job that writes only statistics computes them
+    inside the graph, fused with the ops that make the tensors, and only the rows leave it
+    (dumpd.torch._graph_stats; avg and l2norm are plain float64 sums). False: the graph hands
+    the tensors over and the client computes MindSpore's chunked sums, digit for digit.
     The first step mark (step()/steps()) after the model ran warns once, naming hooked
     modules that never ran.
     Returns an :class:`AttachHandle`; call ``.remove()`` to detach.
@@ -260,6 +265,7 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
     if backward:
         _refuse_in_place_modules(model, prefix)
     session = _Session(client, errors)
+    session.statistics_only = session.statistics_only and bool(graph_statistics)
     # A model on CUDA: pin the ring and set up staging now, not inside the first dumped step.
     devices = {t.device.index for t in list(model.parameters()) + list(model.buffers())
                if t.is_cuda}

@@ -38,7 +38,8 @@ class _Session:
         self.check: Any = None
         # Whether compiled graphs carry the dump points this step (dumpd.torch._gate).
         self.gate = Gate()
-        # The job writes only statistics: compiled graphs compute them (_graph_stats).
+        # The job writes only statistics: compiled graphs compute them (_graph_stats), unless
+        # attach(graph_statistics=False).
         self.statistics_only = client.statistics_only
 
     def cuda_on_device(self) -> bool:
