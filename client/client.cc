@@ -261,7 +261,7 @@ Result<bool> Client::dumpOp(const OpCall& op) {
       }
       m.device_copies.push_back(c);
     } else if (m.op.specs[i].payload == ipc::PayloadKind::kStatistics) {
-      writeHostStatistics(m.payloads[i], *t, m.plan.ms_format);
+      writeHostStatistics(m.payloads[i], *t, m.plan.ms_format, m.statistics_scratch);
       ++m.stats.host_statistics;
     } else if (isStrided(*t)) {
       copyStrided(m.payloads[i], static_cast<const std::byte*>(t->data), t->shape, t->strides,

@@ -81,6 +81,9 @@ struct Client::Impl {
   };
   std::vector<SameRef> same_refs;
   std::vector<size_t> memo_specs;
+  // A strided host tensor in C order, for its statistics (writeHostStatistics); grows to the
+  // largest one (at most kStridedStatisticsBytes) and is kept.
+  std::vector<std::byte> statistics_scratch;
   // Device tensors: created at the first one. Declared after `ring`: destroyed first (it
   // unpins the ring and must wait for copies into it).
   std::unique_ptr<DevicePipeline> pipeline;

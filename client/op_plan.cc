@@ -85,7 +85,8 @@ Status planOp(const OpCall& op, const OpPlanSettings& settings, OpPlan& out) {
       s.payload = ipc::PayloadKind::kStatistics;
       s.data_bytes = sizeof(ipc::StatsPayload);
     } else if (settings.host_statistics && t.memory == Memory::kHost && t.bytes != 0 &&
-               hasValueStatistics(t.dtype) && !isStrided(t)) {
+               hasValueStatistics(t.dtype) &&
+               (!isStrided(t) || t.bytes <= kStridedStatisticsBytes)) {
       // 96 bytes cross instead of the tensor: the client computes them (dumpOp).
       s.payload = ipc::PayloadKind::kStatistics;
       s.data_bytes = sizeof(ipc::StatsPayload);

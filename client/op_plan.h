@@ -24,8 +24,9 @@ struct OpPlanSettings {
   bool want_outputs = true;        // ... and outputs
   bool device_statistics = false;  // CUDA tensors' statistics are computed on the device
   bool defer = false;              // this op's CUDA tensors stay on the device (recorder)
-  // Contiguous host tensors send their statistics, computed by the client (only statistics of
-  // this step are written, and the caller does not write the payloads itself).
+  // Host tensors send their statistics, computed by the client (only statistics of this step
+  // are written, and the caller does not write the payloads itself); strided ones up to
+  // kStridedStatisticsBytes.
   bool host_statistics = false;
   // Tensors may carry their statistics (Tensor::statistics): the job writes only statistics
   // and the call is a dumpOp. Else such a tensor is refused.
@@ -47,6 +48,9 @@ struct OpPlan {
 
 // A host tensor whose strides are not the C-ordered ones: copied with copyStrided.
 bool isStrided(const Tensor& t);
+// The largest strided host tensor whose statistics the client computes (host_statistics): it
+// is first copied in C order into a buffer the client keeps; a larger one crosses whole.
+inline constexpr uint64_t kStridedStatisticsBytes = 64ull << 20;
 // complex64/complex128 have no statistics row: their bytes go to the daemon as they are.
 bool hasValueStatistics(DType dtype);
 

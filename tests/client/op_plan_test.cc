@@ -93,7 +93,7 @@ TEST(OpPlan, CudaTensorsSendStatisticsOrADeferredSnapshotWhenAsked) {
   EXPECT_EQ(plan.specs[1].payload, ipc::PayloadKind::kBytes);
 }
 
-TEST(OpPlan, ContiguousHostTensorsSendStatisticsWhenAsked) {
+TEST(OpPlan, HostTensorsSendStatisticsWhenAsked) {
   std::vector<Tensor> ts{floats(Io::kOutput, 0), floats(Io::kOutput, 1, Memory::kCuda),
                          floats(Io::kOutput, 2)};
   OpPlanSettings s;
@@ -103,16 +103,25 @@ TEST(OpPlan, ContiguousHostTensorsSendStatisticsWhenAsked) {
   EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kStatistics);
   EXPECT_EQ(plan.specs[0].data_bytes, sizeof(ipc::StatsPayload));
   EXPECT_EQ(plan.specs[1].payload, ipc::PayloadKind::kBytes);  // CUDA: device_statistics'
-  // A strided view keeps its bytes (the copy makes it contiguous), so does complex64.
+  // A strided view sends its statistics too (computed on a C-ordered copy); complex64 has
+  // none, its bytes go.
   const std::array<int64_t, 2> strides{4, 8};  // column-major
   ts[0].strides = strides;
   ts[2].dtype = DType::kComplex64;
   ts[2].bytes = 6 * 8;
   ASSERT_TRUE(planOp(call(ts), s, plan));
-  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kBytes);
+  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kStatistics);
   EXPECT_EQ(plan.specs[2].payload, ipc::PayloadKind::kBytes);
+  // Above kStridedStatisticsBytes a strided tensor crosses whole (no copy of that size).
+  const std::array<int64_t, 2> wide{2, (kStridedStatisticsBytes / 8) + 1};
+  const std::array<int64_t, 2> wide_strides{4, 8};
+  ts[0].shape = wide;
+  ts[0].strides = wide_strides;
+  ts[0].bytes = 2 * static_cast<uint64_t>(wide[1]) * 4;
+  ASSERT_TRUE(planOp(call(ts), s, plan));
+  EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kBytes);
+  ts[0] = floats(Io::kOutput, 0);
   s.host_statistics = false;
-  ts[0].strides = {};
   ASSERT_TRUE(planOp(call(ts), s, plan));
   EXPECT_EQ(plan.specs[0].payload, ipc::PayloadKind::kBytes);
 }

@@ -37,6 +37,10 @@ def arrays():
         ("LateInf", late_inf),
         ("Nan", with_nan),
         ("Zeros", np.array([-0.0, 0.0, 1.0, -0.0], dtype=np.float32)),
+        # Strided: statistics of the C-ordered elements (a copy first), in chunks of them.
+        ("Transposed", rng.standard_normal((300, 701)).astype(np.float32).T),
+        ("ChannelsLast", rng.standard_normal((4, 32, 33, 16)).astype(np.float32)
+         .transpose(0, 3, 1, 2)),  # an NCHW view of an NHWC buffer
     ]
 
 
