@@ -51,7 +51,7 @@ struct Options {
   // Dump each tensor once: a tensor whose Tensor::identity repeats one already dumped in the
   // step is sent as a reference to it (dumpOp only). Off: every tensor ships its bytes.
   bool dump_once = true;
-  // A contiguous host tensor of which only statistics are written (saved_data "statistic"
+  // A host tensor of which only statistics are written (saved_data "statistic"
   // without md5/sha1, or a step a "statistic" flight recorder keeps): true, this process
   // computes them (dumpOp) and 96 bytes cross the ring; false, its bytes cross and dumpd
   // computes them. The same rule either way (docs/performance.md).
