@@ -244,12 +244,16 @@ def dumpctl_control(sock: str, *args: str) -> None:
 def test_selection_changes_and_the_recorder_never_recompile(daemon: Daemon,
                                                             tmp_path: Path) -> None:
     """20 compiled steps: nothing selected at first, `dumpctl control` selects 8-9 at step
-    5, a NaN put in the weights at step 15 fires the flight recorder (2 steps kept): the
-    tree holds 8, 9, 14 and 15, and the compiled graph is the one of step 0."""
+    5, a NaN put in the weights at step 15 fires the flight recorder (2 steps kept, no limit
+    on triggers): the tree holds 8, 9 and 14 on, and the compiled graph is the one of step
+    0."""
     fresh_counters()
     path = make_config(tmp_path, iteration="none", saved_data="full")
     cfg = json.loads(path.read_text())
-    cfg["flight_recorder"] = {"steps": 2, "after_steps": 0}
+    # max_triggers 0: the recorder goes on after its trigger. With the default (1) it stops,
+    # the client's steps stop being selected, and the gate rightly compiles the graph without
+    # dump points once the client hears of it: a recompile, late enough to race the end.
+    cfg["flight_recorder"] = {"steps": 2, "after_steps": 0, "max_triggers": 0}
     path.write_text(json.dumps(cfg))
     client = dumpd.Client(str(path), socket=daemon.socket)
     g = torch.Generator().manual_seed(4)
@@ -268,13 +272,15 @@ def test_selection_changes_and_the_recorder_never_recompile(daemon: Daemon,
     assert not counters()["graph_break"], dict(counters()["graph_break"])
     assert compiled_frames() == 1
     root = tmp_path / "dump"
-    [t] = [json.loads(x) for x in
-           (root / "rank_0/.dump_metadata/triggers.jsonl").read_text().splitlines()]
+    # The NaN stays in the weights: every step from 15 on triggers, and keeps its own.
+    t, *later = [json.loads(x) for x in
+                 (root / "rank_0/.dump_metadata/triggers.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in later] == [16, 17, 18, 19]
     assert t["kind"] == "nan" and t["iteration"] == 15, t
     assert t["op"] == "Default/fc-Linear/Linear-op5" and t["tensor"] == "output 0", t
     assert t["iterations_written"] == [14, 15]
     files = dump_files(root)
-    assert sorted({int(f.iteration) for f in files}) == [8, 9, 14, 15]
+    assert sorted({int(f.iteration) for f in files}) == [8, 9, 14, 15, 16, 17, 18, 19]
     [out] = [f for f in files if f.iteration == "15" and f.op_name.endswith("Linear-op5")
              and f.io == "output"]
     assert np.isnan(out.load()[:, 2]).all() and np.isfinite(out.load()[:, 3]).all()

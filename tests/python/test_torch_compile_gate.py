@@ -1,4 +1,4 @@
-"""The two graphs of an attached, compiled model (dumpd/torch/_gate.py, issue 52): a step
+"""The two graphs of an attached, compiled model (dumpd/_core/gate.py, issue 52): a step
 that the client says can dump nothing runs the model's own graph, without dump points, and
 a selected step the graph with them. Each is compiled once; selection changes afterwards
 compile nothing, and the tree is the one the selection asks for.

@@ -94,7 +94,7 @@ __all__ = ["attach", "AttachHandle", "op_names", "step", "steps", "StepScope",
            "check_replicas", "ReplicaCheck", "Mismatch", "digest"]
 
 # The public names are documented (help(), repr) where users import them from.
-for _public in (attach, AttachHandle, op_names, step, steps, StepScope, check_replicas,
+for _public in (attach, op_names, check_replicas,
                 ReplicaCheck, Mismatch, digest):
     _public.__module__ = __name__
 del _public

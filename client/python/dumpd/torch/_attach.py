@@ -7,7 +7,11 @@ from typing import Any, Dict, Iterable, List, Tuple
 import torch
 
 import dumpd
-from dumpd.torch import _compiled, _gate, _steps
+from dumpd._core import gate as _gate
+from dumpd._core import naming
+from dumpd._core import steps as _steps
+from dumpd._core.handle import AttachHandle
+from dumpd.torch import _compiled
 from dumpd.torch._session import _check_errors, _Session
 from dumpd.torch._units import FiredCheck, Unit, unit_paths
 
@@ -56,14 +60,7 @@ def _is_leaf(module: torch.nn.Module) -> bool:
 def _full_name(modules: Dict[str, torch.nn.Module], path: str, index: int,
                prefix: str) -> Tuple[str, str]:
     """(op_type, ``prefix/<attr>-<Class>/.../<Class>-op<index>``) of the module at `path`."""
-    scope = [prefix]
-    if path:
-        parts = path.split(".")
-        for i in range(len(parts)):
-            owner = modules[".".join(parts[: i + 1])]
-            scope.append(f"{parts[i]}-{_class_name(owner)}")
-    op_type = _class_name(modules[path])
-    return op_type, "/".join(scope + [f"{op_type}-op{index}"])
+    return naming.full_name(path, lambda p: _class_name(modules[p]), index, prefix)
 
 
 def _class_name(module: torch.nn.Module) -> str:
@@ -96,10 +93,7 @@ def op_names(model: torch.nn.Module, prefix: str = "Default") -> Dict[str, Tuple
     return result
 
 
-def _gradient_name(full_name: str, op_type: str) -> str:
-    scope, _, last = full_name.rpartition("/")
-    number = last.rpartition("-op")[2]
-    return f"Gradients/{scope}/grad{op_type}/{op_type}Grad-op{number}"
+_gradient_name = naming.gradient_name
 
 # Where each kind of hook finds its op's inputs and outputs among the arguments PyTorch passes
 # after the module (None: that op has no outputs).
@@ -153,7 +147,7 @@ class _Hook:
     def __call__(self, module: torch.nn.Module, *hook_args: Any) -> None:
         outputs = () if self.out_arg is None else hook_args[self.out_arg]
         if self.site is not None and _compiled.is_compiling():
-            if self.session.gate.armed:  # dynamo guards on it (dumpd.torch._gate)
+            if self.session.gate.armed:  # dynamo guards on it (dumpd._core.gate)
                 _compiled.emit(self.site, hook_args[self.in_arg] if self.inputs else (),
                                outputs if self.outputs else ())
             return
@@ -181,7 +175,7 @@ class _UnitHook:
 
     def __call__(self, module: torch.nn.Module, args: Any, *output: Any) -> None:
         if self.site is not None and _compiled.is_compiling():
-            if not self.session.gate.armed:  # dynamo guards on it (dumpd.torch._gate)
+            if not self.session.gate.armed:  # dynamo guards on it (dumpd._core.gate)
                 return
             if self.begins:
                 _compiled.emit(self.site, (), ())
@@ -193,43 +187,6 @@ class _UnitHook:
             self.session.begin_unit(self.unit)
         else:
             self.session.end_unit(self.unit, args, output[0], self.inputs, self.outputs)
-
-
-class AttachHandle:
-    """What :func:`attach` returns: ``remove()`` takes every hook off the model.
-
-    ``names`` maps each hooked module's path ("features.0") to its full op name;
-    ``gradient_names`` likewise for the backward ops (empty unless backward=True).
-    ``error`` is the DaemonError that stopped dumping under ``errors="warn"`` (else None).
-    Also a context manager: hooks are removed when the ``with`` block ends.
-    """
-
-    def __init__(self, hooks: List[Any], sites: List[int], names: Dict[str, str],
-                 gradient_names: Dict[str, str], session: _Session) -> None:
-        self._hooks = hooks
-        self._sites = sites
-        self._session = session
-        self.names = names
-        self.gradient_names = gradient_names
-
-    @property
-    def error(self) -> dumpd.DaemonError | None:
-        return self._session.error
-
-    def remove(self) -> None:
-        """Removes all hooks (idempotent)."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
-        for site in self._sites:  # a graph compiled with these hooks dumps nothing more
-            _compiled.remove_site(site)
-        self._sites = []
-
-    def __enter__(self) -> "AttachHandle":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.remove()
 
 
 def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
@@ -330,8 +287,14 @@ def attach(model: torch.nn.Module, client: dumpd.Client, *, inputs: bool = True,
         for site in sites:
             _compiled.remove_site(site)
         raise
-    session.check = FiredCheck({path: leaves[path][1] for path in leaves})
+    session.check = FiredCheck(
+        {path: leaves[path][1] for path in leaves}, "module",
+        "If a parent module uses their weights itself instead of calling them, pass its path "
+        "or class in attach(..., units=[...]) to dump that parent's inputs and outputs")
     _steps.observe(client, session)
     _gate.register(client, session)
-    return AttachHandle(hooks, sites, names, gradient_names, session)
+    def remove_sites() -> None:  # a graph compiled with these hooks dumps nothing more
+        for site in sites:
+            _compiled.remove_site(site)
+    return AttachHandle(hooks, names, gradient_names, session, remove_sites)
 

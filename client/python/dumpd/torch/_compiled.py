@@ -273,7 +273,7 @@ class GradientTap:
 
     def __call__(self, module: torch.nn.Module, *hook_args: Any) -> Any:
         if is_compiling() and not self.site.session.gate.armed:
-            return None  # a step that dumps nothing: no gradient point (dumpd.torch._gate)
+            return None  # a step that dumps nothing: no gradient point (dumpd._core.gate)
         value = hook_args[0] if self.side == "input" else hook_args[1]
         slots: List[int] = []
         tensors: List[torch.Tensor] = []

@@ -3,18 +3,18 @@ dumpd.DeviceArray, nested outputs flattened one slot per leaf."""
 
 from __future__ import annotations
 
-import itertools
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 import torch
 
 import dumpd
+from dumpd._core.identities import fresh
+from dumpd._core.items import ItemsBase
 from dumpd.torch._graph_stats import Row
 
 if TYPE_CHECKING:
-    from dumpd.torch._session import _Session
+    from dumpd._core.session import Session as _Session
 
 # Tensor dtypes .numpy() represents exactly, as dumpd dtypes of the same name.
 _NUMPY_DTYPES = frozenset(
@@ -63,58 +63,6 @@ def _current_stream_object(device: int) -> int:
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _current_stream_object)
 
 
-class _Ref(weakref.ref):
-    """A weak reference that knows its _Identities key (no closure per tensor)."""
-
-    __slots__ = ("key",)
-
-
-# Every identity of the process comes from here: two attach() sessions on one client (or a
-# compiled graph's links beside them) can never name two tensors with one number.
-_NUMBERS = itertools.count(1)
-
-
-class _Identities:
-    """Dump once: one identity per (tensor object, version counter). Within a step, the very
-    tensor dumped again (a module's output as the next module's input), unchanged since, gets
-    the identity it had, and the client sends a reference instead of its bytes. An entry goes
-    away with its tensor (weakref), so a new tensor can never inherit an identity."""
-
-    __slots__ = ("entries", "gone", "__weakref__")
-
-    def __init__(self) -> None:
-        self.entries: Dict[int, Tuple[Any, int, int]] = {}
-        entries = self.entries
-
-        def gone(ref: Any) -> None:
-            current = entries.get(ref.key)
-            if current is not None and current[0] is ref:
-                del entries[ref.key]
-        self.gone = gone
-
-    def of(self, t: torch.Tensor) -> int | None:
-        try:
-            version = t._version
-        except RuntimeError:  # inference tensors have no version counter
-            return None
-        key = id(t)
-        entry = self.entries.get(key)
-        if entry is not None and entry[0]() is t and entry[1] == version:
-            return entry[2]
-        identity = self.fresh()
-        try:
-            ref = _Ref(t, self.gone)
-        except TypeError:
-            return None
-        ref.key = key
-        self.entries[key] = (ref, version, identity)
-        return identity
-
-    def fresh(self) -> int:
-        """A new identity, never given before in this process."""
-        return next(_NUMBERS)
-
-
 class _Links(threading.local):
     """Dump once in a compiled graph: identities by the graph's own value numbers
     (dumpd.torch._graph_pass), whichever attach() session each dump point belongs to. A
@@ -130,7 +78,7 @@ class _Links(threading.local):
         values = self.values
         for k in keys:
             if k > 0:
-                identity = next(_NUMBERS)
+                identity = fresh()
                 values[k] = identity
                 out.append(identity)
             elif k < 0:
@@ -154,7 +102,7 @@ def _whole_view_base(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-class _Items:
+class _Items(ItemsBase):
     """Builds one op's dump items. CUDA tensors become dumpd.DeviceArray (no host copy);
     temporaries made for them (contiguous copies) stay referenced in `keep` until the op is
     enqueued, so the allocator cannot hand their memory to another tensor of the same op."""
@@ -182,7 +130,12 @@ class _Items:
         if item is None or (value.is_cuda and not value.is_contiguous()):
             return item  # a contiguous copy is new each time: nothing to repeat
         if self.dump_once:
-            identity = self.session.identities.of(_whole_view_base(value))
+            base = _whole_view_base(value)
+            try:
+                version = base._version
+            except RuntimeError:  # inference tensors have no version counter
+                return item
+            identity = self.session.identities.of(base, version)
         elif linked is not None:
             identity = linked
         else:
@@ -220,26 +173,6 @@ class _Items:
         if self.cuda_device is None:
             self.cuda_device = device
         return dumpd.DeviceArray(t.data_ptr(), t.shape, _DEVICE_DTYPES[t.dtype], device)
-
-    def flatten(self, value: Any, out: List[Any]) -> None:
-        """Appends the dump items of `value` (tensor, or nested tuple/list/dict of them)."""
-        if isinstance(value, (tuple, list)):
-            for v in value:
-                self.flatten(v, out)
-        elif isinstance(value, dict):
-            for v in value.values():
-                self.flatten(v, out)
-        else:
-            out.append(self.item(value))
-
-    def of(self, value: Any) -> List[Any]:
-        out: List[Any] = []
-        self.flatten(value, out)
-        return out
-
-    def of_linked(self, values: List[Any], linked: List[int | None]) -> List[Any]:
-        """The items of a compiled graph's flat list of tensors, each with its identity."""
-        return [self.item(v, i) for v, i in zip(values, linked)]
 
     def stream(self) -> int | None:
         """The current stream of the op's CUDA device: the snapshot is enqueued on it."""

@@ -23,13 +23,11 @@ fired, and were not covered by a unit, are named in one RuntimeWarning.
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Set
+from typing import Any, Dict, Iterable, List
 
 import torch
 
-if TYPE_CHECKING:
-    from dumpd.torch._session import _Session
+from dumpd._core.checks import FiredCheck, Unit  # noqa: F401  (the torch names of both)
 
 # torch.nn classes that hold submodules their forward may not call (checked for every torch.nn
 # class with submodules in tests/python/test_torch_units.py): MultiheadAttention and
@@ -39,33 +37,6 @@ if TYPE_CHECKING:
 UNIT_CLASSES = tuple(c for c in (getattr(torch.nn, n, None) for n in (
     "MultiheadAttention", "TransformerEncoderLayer", "LinearCrossEntropyLoss"))
     if c is not None)
-
-# Nested unit calls that raised before their forward hook: kept marks are bounded.
-_MAX_OPEN_CALLS = 64
-
-
-class Unit:
-    """One module dumped as a unit: its op's name and the names of the hooked modules under
-    it (what a unit dump covers). ``marks`` holds, per call in progress, the session's
-    ``fired`` count at the call's start."""
-
-    __slots__ = ("op_type", "name", "covered", "marks")
-
-    def __init__(self, op_type: str, name: str, covered: Iterable[str]) -> None:
-        self.op_type = op_type
-        self.name = name
-        self.covered = frozenset(covered)
-        self.marks: List[int] = []
-
-    def begin(self, fired: int) -> None:
-        if len(self.marks) >= _MAX_OPEN_CALLS:
-            del self.marks[0]
-        self.marks.append(fired)
-
-    def untouched(self, fired: int) -> bool:
-        """Ends the call in progress: True when no dump point fired during it."""
-        return bool(self.marks) and self.marks.pop() == fired
-
 
 def unit_paths(modules: Dict[str, torch.nn.Module], leaves: Iterable[str],
                extra: Iterable[Any]) -> List[str]:
@@ -83,32 +54,3 @@ def unit_paths(modules: Dict[str, torch.nn.Module], leaves: Iterable[str],
             raise ValueError(f"units: {path!r} is a leaf module; leaves are dumped anyway")
     return [path for path, module in modules.items()
             if path not in leaf_set and (path in named or isinstance(module, classes))]
-
-
-class FiredCheck:
-    """What the session collects until the check: the names of the ops that fired."""
-
-    __slots__ = ("ran", "names", "done")
-
-    def __init__(self, names: Dict[str, str]) -> None:
-        self.ran: Set[str] = set()
-        self.names = names  # module path -> full name, the forward ops attach() hooked
-        self.done = False
-
-    def at_step_mark(self, session: "_Session") -> None:
-        """Called at each step mark until it has warned once (or found nothing to say)."""
-        if self.done or session.fired == 0:
-            return  # nothing dumped yet: the model has not run since attach()
-        self.done = True
-        session.check = None
-        never = [path or "(the model)" for path, name in self.names.items()
-                 if name not in self.ran]
-        if never:
-            shown = ", ".join(never[:8]) + (f" and {len(never) - 8} more"
-                                            if len(never) > 8 else "")
-            warnings.warn(
-                f"dumpd: {len(never)} hooked module(s) never ran during the first step: "
-                f"{shown}. Nothing is dumped for them. If a parent module uses their weights "
-                "itself instead of calling them, pass its path or class in "
-                "attach(..., units=[...]) to dump that parent's inputs and outputs",
-                RuntimeWarning, stacklevel=3)

@@ -1,6 +1,7 @@
 """Which graph a compiled step runs: with its dump points, or the model's own graph.
 
-A dump point in a compiled graph costs more than its call: ``dumpd::dump`` needs every value it
+Framework-neutral: a flag per attach() session, set at each step mark. dumpd.torch's traced
+hooks read it under torch.compile, as follows. A dump point in a compiled graph costs more than its call: ``dumpd::dump`` needs every value it
 reads as a real tensor, so inductor cannot fuse a module into the next one, and a step that
 dumps nothing still pays for those buffers (docs/performance.md, row 11). So the hooks, while
 dynamo traces them, read their session's ``Gate``: armed, they emit the dump points; disarmed,

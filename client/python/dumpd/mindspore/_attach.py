@@ -1,0 +1,160 @@
+"""attach(): forward (and backward) hooks on every leaf Cell of a MindSpore net, named in
+MindSpore's scope form."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import mindspore as ms
+from mindspore import nn
+
+import dumpd
+from dumpd._core import naming
+from dumpd._core import steps as _steps
+from dumpd._core.checks import FiredCheck
+from dumpd._core.handle import AttachHandle
+from dumpd._core.session import Session, check_errors
+from dumpd.mindspore._items import Items
+
+# Said when attach() meets GRAPH_MODE, and by the first-step check when no hook ever ran.
+_GRAPH_MODE_HELP = (
+    "MindSpore runs Cell hooks in PyNative mode only (in GRAPH_MODE and under jit it compiles "
+    "them into the graph, which dumpd's hooks refuse), so dumpd.mindspore dumps PyNative runs. "
+    "Run the net with ms.set_context(mode=ms.PYNATIVE_MODE) and without jit, or let MindSpore "
+    "dump a graph-mode run itself (MINDSPORE_DUMP_CONFIG) and read that tree with dumpctl "
+    "(docs/python.md, \"MindSpore\")")
+_IDLE_HELP = (
+    "is the Cell attached the one that is called? Attach the Cell the training loop calls "
+    "(a TrainOneStepCell, or the net), in PYNATIVE_MODE. " + _GRAPH_MODE_HELP)
+
+
+class _Session(Session):
+    """A MindSpore attach()'s session."""
+
+    __slots__ = ()
+
+    def make_items(self, dump_once: bool) -> Items:
+        return Items(self, dump_once)
+
+
+def _cells(net: nn.Cell) -> Dict[str, nn.Cell]:
+    """Each Cell of `net` once, at its first path, in ``cells_and_names()`` order."""
+    result: Dict[str, nn.Cell] = {}
+    seen: set = set()
+    for path, cell in net.cells_and_names():
+        if id(cell) not in seen:
+            seen.add(id(cell))
+            result[path] = cell
+    return result
+
+
+def op_names(net: nn.Cell, prefix: str = "Default") -> Dict[str, Tuple[str, str]]:
+    """Maps each leaf Cell's path in `net` ("network._backbone.conv1") to (op_type,
+    full_name): ``prefix/<attr>-<Class>/.../<Class>-op<N>``, N being the Cell's index in
+    ``net.cells_and_names()``. That is the scope MindSpore gives the Cell's kernels when
+    `net` is the cell it runs (a TrainOneStepCell: ``Default/network-WithLossCell/...``)."""
+    cells = _cells(net)
+    result: Dict[str, Tuple[str, str]] = {}
+    for index, (path, cell) in enumerate(cells.items()):
+        if next(iter(cell.cells()), None) is None:
+            result[path] = naming.full_name(path, lambda p: type(cells[p]).__name__, index,
+                                            prefix)
+    return result
+
+
+def _check_mode() -> None:
+    if ms.get_context("mode") == ms.GRAPH_MODE:
+        raise RuntimeError(f"dumpd.mindspore.attach: the context is GRAPH_MODE. "
+                           f"{_GRAPH_MODE_HELP}")
+
+
+class _Hook:
+    """One hook of one leaf Cell: each call dumps one op execution. Forward hooks get
+    (cell, inputs, output); backward hooks (cell, grad_input, grad_output), and the backward
+    op takes the gradients arriving at the outputs and gives those of the inputs."""
+
+    __slots__ = ("session", "op_type", "name", "inputs", "outputs", "backward")
+
+    def __init__(self, session: Session, op_type: str, name: str, inputs: bool, outputs: bool,
+                 backward: bool) -> None:
+        self.session = session
+        self.op_type = op_type
+        self.name = name
+        self.inputs = inputs
+        self.outputs = outputs
+        self.backward = backward
+
+    def __call__(self, cell: Any, first: Any, second: Any) -> None:
+        if self.backward:
+            first, second = second, first
+        self.session.dump(self.op_type, self.name, first, second, self.inputs, self.outputs)
+
+
+def _function(hook: _Hook) -> Any:
+    """`hook` as the plain Python function MindSpore requires of a hook."""
+    def dumpd_hook(cell: Any, first: Any, second: Any) -> None:
+        hook(cell, first, second)
+    # What MindSpore's refusal under jit names (below): the name says what to do.
+    dumpd_hook.__qualname__ = "hooks_run_in_PYNATIVE_MODE_without_jit"
+    return _forbidden_in_jit(dumpd_hook)
+
+
+def _forbidden_in_jit(fn: Any) -> Any:
+    """Under jit MindSpore compiles a Cell's hooks into its graph, and a hook that writes a
+    file cannot be compiled: registered as forbidden there, it is refused with MindSpore's
+    own message naming it ("... is not supported in 'construct' or function with @jit
+    decorator ... set to PYNATIVE_MODE") instead of a parse error deep in dumpd. That
+    registry is private to MindSpore: where it is missing, the parse error remains."""
+    try:
+        from mindspore._check_jit_forbidden_api import jit_forbidden_register
+    except ImportError:
+        return fn
+    return jit_forbidden_register(fn)
+
+
+def attach(net: nn.Cell, client: dumpd.Client, *, inputs: bool = True, outputs: bool = True,
+           backward: bool = False, prefix: str = "Default",
+           errors: str = "raise") -> AttachHandle:
+    """Hooks every leaf Cell of `net` so each call dumps its inputs and outputs (PyNative).
+
+    Attach to the Cell you run (a TrainOneStepCell, or the net itself): its leaves are named
+    from it, ``Default/network-WithLossCell/_backbone-LeNet5/conv1-Conv2d/Conv2d-op3``, which
+    is the scope of the Cell's kernels in MindSpore's own dump of the same Cell.
+    inputs/outputs: which sides to dump at all (the job config's filters apply on top).
+    backward: also dump gradients, as ``Gradients/<scope>/grad<Class>/<Class>Grad-op<N>``.
+    errors: "raise" lets a DaemonError out of the net's call; "warn" warns once and stops
+    dumping, so training goes on (``handle.error`` keeps it).
+    Raises RuntimeError in GRAPH_MODE, where MindSpore calls no Cell hook.
+    """
+    if not isinstance(net, nn.Cell):
+        raise TypeError(f"net must be a mindspore.nn.Cell, got {type(net).__name__}")
+    if not isinstance(client, dumpd.Client):
+        raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
+    check_errors(errors)
+    _check_mode()
+    session = _Session(client, errors)
+    cells = _cells(net)
+    leaves = op_names(net, prefix)
+    hooks: List[Any] = []
+    names: Dict[str, str] = {}
+    gradient_names: Dict[str, str] = {}
+    try:
+        for path, (op_type, name) in leaves.items():
+            cell = cells[path]
+            names[path] = name
+            hooks.append(cell.register_forward_hook(
+                _function(_Hook(session, op_type, name, inputs, outputs, False))))
+            if backward:
+                grad_type = op_type + "Grad"
+                grad_name = naming.gradient_name(name, op_type)
+                gradient_names[path] = grad_name
+                hooks.append(cell.register_backward_hook(
+                    _function(_Hook(session, grad_type, grad_name, inputs, outputs, True))))
+    except BaseException:
+        for h in hooks:
+            h.remove()
+        raise
+    session.check = FiredCheck({path: leaves[path][1] for path in leaves}, "Cell",
+                               idle_hint=_IDLE_HELP)
+    _steps.observe(client, session)
+    return AttachHandle(hooks, names, gradient_names, session)
