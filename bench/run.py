@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("micro", "client", "python", "hostile", "compare", "recorder", "node", "torch2",
-            "replicas", "stats")
+            "replicas", "stats", "mindspore")
 
 
 class Daemon:
@@ -168,6 +168,47 @@ def torch2_rows(row, results, bins, env, args, quick):
                     l["step_s_none"], l["ratio"], "(figure)", "s/step")
                 row(f"12. {l['config']} bytes written per step", l["bytes_per_step"] / 1e6,
                     None, None, "(figure)", "MB")
+
+
+def mindspore_rows(row, results, bins, env, args, quick):
+    """Row 17 (bench/mindspore_bench.py): dumpd.mindspore on a PyNative step, and msprobe's
+    MindSpore dump tried beside it, in the newest pinned MindSpore (msprobe's partner)."""
+    install = ROOT / "scripts" / "install-reference"
+    built = subprocess.run([str(install)], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"warning: no MindSpore rows, scripts/install-reference failed: "
+              f"{built.stderr[-1000:]}", file=sys.stderr)
+        return
+    sys.path.insert(0, str(ROOT / "tests" / "reference"))
+    import pins
+
+    def where(name):
+        return subprocess.run([str(install), "--path", name], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    ms_env = Path(where(pins.mindspore_for_msprobe()))
+    site = str(next((ms_env / "lib").glob("python3*/site-packages")))
+    msprobe_python = str(Path(where("msprobe")) / "bin" / "python")
+    lines, _ = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
+        str(ROOT / "bench" / "mindspore_bench.py"), "--socket", d.socket, "--dir", work,
+        "--msprobe-python", msprobe_python, "--mindspore-site", site, *quick],
+        dict(env, GLOG_v="3"), str(ms_env / "bin" / "python"))
+    results.setdefault("mindspore_bench", []).extend(lines)
+    what = {"idle": "attached, nothing selected",
+            "hooks": "hooks run, a kernel filter matching nothing",
+            "recorder": "recorder always on (full)",
+            "recorder_stat": "recorder always on (statistic)",
+            "statistic": "statistics every step", "tensor": "tensors every step"}
+    for l in lines:
+        if l["bench"] == "mindspore_step" and l["config"] != "none":
+            row(f"17. PyNative LeNet step, {what[l['config']]}, vs undumped", l["step_s"],
+                l["reference_s"], l["ratio"], l["target"], "s/step")
+        elif l["bench"] == "mindspore_msprobe":
+            if "refused" in l:
+                print(f"17. {l['config']}: cannot run: {l['refused']}")
+            else:
+                row(f"17. PyNative LeNet step, {l['config']}, vs undumped", l["step_s"],
+                    l["reference_s"], l["ratio"], "(figure)", "s/step")
 
 
 def main():
@@ -439,6 +480,8 @@ def main():
     # dumpd's, each in the torch 2 reference environment (scripts/install-reference).
     if has_python and "torch2" in want:
         torch2_rows(row, results, bins, env, args, quick)
+    if has_python and "mindspore" in want:
+        mindspore_rows(row, results, bins, env, args, quick)
     for label, kib in peaks.items():
         row(f"6. daemon peak anonymous RSS ({label} runs)", kib / 1024, 64, kib / 1024 / 64,
             "< 64 MiB", "MiB")

@@ -10,6 +10,8 @@ environment's Python with dumpd's build on PYTHONPATH:
         a LeNet whose fc3 weight turns NaN at NAN_STEP (so does the loss), losses through steps(loss=)
     <venv>/bin/python tests/reference/ms_cells.py api SOCKET CONFIG
         attach()'s refusals, remove() and errors="warn"; prints one JSON line of findings
+    <venv>/bin/python tests/reference/ms_cells.py gate SOCKET CONFIG
+        hooks on the Cells only for steps that dump; prints one JSON line
 
 Prints "step N loss L" per training step. The net holds a Conv2d, a BatchNorm2d, a ReLU, a
 reduction (a leaf Cell over ReduceMean), a Dense and a loss, each called once per step, so
@@ -194,6 +196,27 @@ def api(sock, config):
     print(json.dumps(found), flush=True)
 
 
+def gate(sock, config):
+    """Iterations "2|4" selected: hooks on the Cells per step (0 is armed until something
+    fired), and the steps dumped. Prints one JSON line."""
+    import dumpd
+    import dumpd.mindspore
+    setup(ms.PYNATIVE_MODE)
+    net = Net()
+    x, _ = data((2, 3, 8, 8))
+    client = dumpd.Client(config, socket=sock)
+    handle = dumpd.mindspore.attach(net, client, backward=True)
+    placed = []
+    for _ in dumpd.mindspore.steps(client, range(6)):
+        placed.append(len(handle._hooks[0].handles))
+        ms.grad(lambda v: net(v).sum())(x)
+    received = client.flush()["tensors_received"]
+    handle.remove()
+    print(json.dumps({"placed": placed, "received": received,
+                      "after_remove": len(handle._hooks)}), flush=True)
+    client.close()
+
+
 def main():
     mode = sys.argv[1]
     if mode == "graph":
@@ -204,6 +227,8 @@ def main():
         recorder(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif mode == "api":
         api(sys.argv[2], sys.argv[3])
+    elif mode == "gate":
+        gate(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown mode {mode!r}")
 

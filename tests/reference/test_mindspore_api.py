@@ -82,3 +82,18 @@ def test_steps_with_no_hooked_cell_running_warn_once(api):
 def test_errors_warn_stops_dumping_and_training_goes_on(api):
     assert api["warn_warnings"] == ["dumpd: dumping stopped, training goes on: client is closed"]
     assert api["warn_error"] == "client is closed"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_steps_that_dump_nothing_run_without_hooks(daemon, tmp_path, env):
+    """dumpd._core.gate: the hooks leave the Cells at a mark that selects nothing (after the
+    first step, which runs them once) and come back at one that selects."""
+    config = write_job(tmp_path / "gate.json", job(tmp_path / "dump", iteration="2|4"))
+    found = json.loads(run_ms(env, ["gate", daemon, config], tmp_path).strip().splitlines()[-1])
+    hooks = 10  # five Cells, a forward and a backward hook each
+    assert found["placed"] == [hooks, 0, hooks, 0, hooks, 0], found
+    root = tmp_path / "dump" / "rank_0" / "Net" / "0"
+    assert sorted(int(p.name) for p in root.iterdir()) == [2, 4]
+    for step in ("2", "4"):  # five forward ops and five backward ops (grad by the input)
+        names = outputs(root / step)
+        assert len(names) == 10 and sum(n.startswith("Gradients") for n in names) == 5

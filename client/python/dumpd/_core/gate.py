@@ -28,12 +28,22 @@ import dumpd
 
 
 class Gate:
-    """One flag a traced hook reads (dynamo guards on it)."""
+    """One flag a traced hook reads (dynamo guards on it). `listener`, when set, is called
+    with the new value each time a step mark changes it (dumpd.mindspore takes its hooks off
+    the Cells for steps that dump nothing, and puts them back)."""
 
-    __slots__ = ("armed",)
+    __slots__ = ("armed", "listener", "applied")
 
     def __init__(self) -> None:
         self.armed = True
+        self.listener: Any = None
+        self.applied = True
+
+    def changed(self) -> None:
+        """Tells the listener when `armed` differs from what it was last told."""
+        if self.listener is not None and self.armed != self.applied:
+            self.applied = self.armed
+            self.listener(self.armed)
 
 
 # Per client: the attach() sessions whose gates its step marks set.
@@ -63,3 +73,4 @@ def after_mark(client: dumpd.Client) -> None:
             session.gate.armed = False
         elif session.fired:
             session.gate.armed = selected
+        session.gate.changed()

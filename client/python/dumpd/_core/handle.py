@@ -35,6 +35,7 @@ class AttachHandle:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        self._session.check = None  # a detached model's first step is nothing to warn about
         if self._on_remove is not None:
             self._on_remove()
             self._on_remove = None

@@ -20,9 +20,9 @@ _backbone-LeNet5/conv1-Conv2d/Conv2d-op3``), so a Cell's op shares its scope wit
 kernels MindSpore's own dump names for it (``.../conv1-Conv2d/Conv2D-op0``):
 ``kernel_map(handle.names.values(), "<MindSpore tree>/rank_0/Net/0/0")`` pairs each op with
 the last kernel of its scope, and ``write_kernel_map(pairs, "map.csv")`` writes the map
-``dumpctl compare --map map.csv`` takes (docs/python.md, "MindSpore"). Gradients (backward=True) are
-``Gradients/<scope>/grad<Class>/<Class>Grad-op<N>``: inputs are the gradients arriving at the
-Cell's outputs, outputs the gradients of its inputs.
+``dumpctl compare --map map.csv`` takes (docs/python.md, "dumpd.mindspore"). Gradients
+(backward=True) are ``Gradients/<scope>/grad<Class>/<Class>Grad-op<N>``: inputs are the
+gradients arriving at the Cell's outputs, outputs the gradients of its inputs.
 
 Tensors are copied once, from ``Tensor.asnumpy()`` (which shares the tensor's memory on the
 CPU) into the ring; a tensor dumped again unchanged within a step (same object, same

@@ -9,6 +9,7 @@ import mindspore as ms
 from mindspore import nn
 
 import dumpd
+from dumpd._core import gate as _gate
 from dumpd._core import naming
 from dumpd._core import steps as _steps
 from dumpd._core.checks import FiredCheck
@@ -22,7 +23,7 @@ _GRAPH_MODE_HELP = (
     "them into the graph, which dumpd's hooks refuse), so dumpd.mindspore dumps PyNative runs. "
     "Run the net with ms.set_context(mode=ms.PYNATIVE_MODE) and without jit, or let MindSpore "
     "dump a graph-mode run itself (MINDSPORE_DUMP_CONFIG) and read that tree with dumpctl "
-    "(docs/python.md, \"MindSpore\")")
+    "(docs/python.md, \"dumpd.mindspore\")")
 _IDLE_HELP = (
     "is the Cell attached the one that is called? Attach the Cell the training loop calls "
     "(a TrainOneStepCell, or the net), in PYNATIVE_MODE. " + _GRAPH_MODE_HELP)
@@ -90,6 +91,51 @@ class _Hook:
         self.session.dump(self.op_type, self.name, first, second, self.inputs, self.outputs)
 
 
+class _Hooks:
+    """The hooks of one attach(), on their Cells only while steps dump: at a step mark that
+    selects nothing (the session's gate, dumpd._core.gate) they are taken off, so such a step
+    runs the net as MindSpore runs it without hooks (backward hooks alone cost a PyNative step
+    about a third, docs/performance.md), and put back at the next mark that selects."""
+
+    __slots__ = ("specs", "handles", "removed")
+
+    def __init__(self) -> None:
+        self.specs: List[Tuple[Any, bool, Any]] = []  # (cell, backward, hook function)
+        self.handles: List[Any] = []
+        self.removed = False
+
+    def add(self, cell: Any, backward: bool, function: Any) -> None:
+        self.specs.append((cell, backward, function))
+
+    def place(self) -> None:
+        try:
+            for cell, backward, function in self.specs:
+                register = cell.register_backward_hook if backward else cell.register_forward_hook
+                self.handles.append(register(function))
+        except BaseException:
+            self.take_off()
+            raise
+
+    def take_off(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def follow(self, armed: bool) -> None:
+        """The gate's listener: hooks on for a step that can dump, off for one that cannot."""
+        if self.removed:
+            return
+        if armed and not self.handles:
+            self.place()
+        elif not armed:
+            self.take_off()
+
+    def remove(self) -> None:
+        """For good (AttachHandle.remove)."""
+        self.removed = True
+        self.take_off()
+
+
 def _function(hook: _Hook) -> Any:
     """`hook` as the plain Python function MindSpore requires of a hook."""
     def dumpd_hook(cell: Any, first: Any, second: Any) -> None:
@@ -135,26 +181,23 @@ def attach(net: nn.Cell, client: dumpd.Client, *, inputs: bool = True, outputs: 
     session = _Session(client, errors)
     cells = _cells(net)
     leaves = op_names(net, prefix)
-    hooks: List[Any] = []
+    hooks = _Hooks()
     names: Dict[str, str] = {}
     gradient_names: Dict[str, str] = {}
-    try:
-        for path, (op_type, name) in leaves.items():
-            cell = cells[path]
-            names[path] = name
-            hooks.append(cell.register_forward_hook(
-                _function(_Hook(session, op_type, name, inputs, outputs, False))))
-            if backward:
-                grad_type = op_type + "Grad"
-                grad_name = naming.gradient_name(name, op_type)
-                gradient_names[path] = grad_name
-                hooks.append(cell.register_backward_hook(
-                    _function(_Hook(session, grad_type, grad_name, inputs, outputs, True))))
-    except BaseException:
-        for h in hooks:
-            h.remove()
-        raise
+    for path, (op_type, name) in leaves.items():
+        cell = cells[path]
+        names[path] = name
+        hooks.add(cell, False, _function(_Hook(session, op_type, name, inputs, outputs, False)))
+        if backward:
+            grad_type = op_type + "Grad"
+            grad_name = naming.gradient_name(name, op_type)
+            gradient_names[path] = grad_name
+            hooks.add(cell, True, _function(
+                _Hook(session, grad_type, grad_name, inputs, outputs, True)))
+    hooks.place()
     session.check = FiredCheck({path: leaves[path][1] for path in leaves}, "Cell",
                                idle_hint=_IDLE_HELP)
     _steps.observe(client, session)
-    return AttachHandle(hooks, names, gradient_names, session)
+    session.gate.listener = hooks.follow
+    _gate.register(client, session)
+    return AttachHandle([hooks], names, gradient_names, session)
