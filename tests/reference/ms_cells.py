@@ -10,8 +10,8 @@ environment's Python with dumpd's build on PYTHONPATH:
         a LeNet whose fc3 weight turns NaN at NAN_STEP (so does the loss), losses through steps(loss=)
     <venv>/bin/python tests/reference/ms_cells.py api SOCKET CONFIG
         attach()'s refusals, remove() and errors="warn"; prints one JSON line of findings
-    <venv>/bin/python tests/reference/ms_cells.py gate SOCKET CONFIG
-        hooks on the Cells only for steps that dump; prints one JSON line
+    <venv>/bin/python tests/reference/ms_cells.py gate SOCKET CONFIG DUMPCTL
+        hooks on the Cells only for steps that dump, dumpctl control; prints one JSON line
 
 Prints "step N loss L" per training step. The net holds a Conv2d, a BatchNorm2d, a ReLU, a
 reduction (a leaf Cell over ReduceMean), a Dense and a loss, each called once per step, so
@@ -148,7 +148,9 @@ def api(sock, config):
     found["names"] = handle.names
     dumpd.mindspore.step(client, 0)
     net(x)
-    found["after_one_call"] = client.flush()["tensors_received"]
+    stats = client.flush()
+    found["after_one_call"] = stats["tensors_received"]
+    found["linked_one_call"] = stats["tensors_linked"]
     handle.remove()
     dumpd.mindspore.step(client, 1)
     net(x)
@@ -196,9 +198,12 @@ def api(sock, config):
     print(json.dumps(found), flush=True)
 
 
-def gate(sock, config):
-    """Iterations "2|4" selected: hooks on the Cells per step (0 is armed until something
-    fired), and the steps dumped. Prints one JSON line."""
+def gate(sock, config, dumpctl):
+    """Iterations "2|4" selected, then `dumpctl control` selects 8-9 during step 5: the hooks
+    on the Cells per step (0 is armed until something fired), and what was dumped. Prints
+    one JSON line."""
+    import os
+    import subprocess
     import dumpd
     import dumpd.mindspore
     setup(ms.PYNATIVE_MODE)
@@ -207,13 +212,15 @@ def gate(sock, config):
     client = dumpd.Client(config, socket=sock)
     handle = dumpd.mindspore.attach(net, client, backward=True)
     placed = []
-    for _ in dumpd.mindspore.steps(client, range(6)):
+    for i in dumpd.mindspore.steps(client, range(11)):
         placed.append(len(handle._hooks[0].handles))
+        if i == 5:
+            subprocess.run([dumpctl, "--socket", sock, "control", "--pid", str(os.getpid()),
+                            "--iteration", "8-9"], check=True, capture_output=True)
         ms.grad(lambda v: net(v).sum())(x)
-    received = client.flush()["tensors_received"]
+    client.flush()
     handle.remove()
-    print(json.dumps({"placed": placed, "received": received,
-                      "after_remove": len(handle._hooks)}), flush=True)
+    print(json.dumps({"placed": placed}), flush=True)
     client.close()
 
 
@@ -228,7 +235,7 @@ def main():
     elif mode == "api":
         api(sys.argv[2], sys.argv[3])
     elif mode == "gate":
-        gate(sys.argv[2], sys.argv[3])
+        gate(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(f"unknown mode {mode!r}")
 

@@ -3,6 +3,7 @@ flight recorder on a PyNative LeNet whose loss turns NaN, and attach()'s refusal
 and errors="warn" (tests/reference/ms_cells.py, modes "recorder" and "api")."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,6 +71,8 @@ def test_names_follow_the_cell_tree_and_remove_detaches(api):
         "pool": "Default/pool-GlobalMean/GlobalMean-op4",
         "fc": "Default/fc-Dense/Dense-op5"}
     assert api["after_one_call"] == 10  # five Cells, one input and one output each
+    # Dump once: each Cell's input is the previous Cell's output, sent as a reference.
+    assert api["linked_one_call"] == 4
     assert api["after_remove"] == api["after_one_call"]
 
 
@@ -85,15 +88,18 @@ def test_errors_warn_stops_dumping_and_training_goes_on(api):
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_steps_that_dump_nothing_run_without_hooks(daemon, tmp_path, env):
+def test_steps_that_dump_nothing_run_without_hooks(daemon, tmp_path, env, pytestconfig):
     """dumpd._core.gate: the hooks leave the Cells at a mark that selects nothing (after the
-    first step, which runs them once) and come back at one that selects."""
+    first step, which runs them once) and come back at one that selects, `dumpctl control`
+    included."""
     config = write_job(tmp_path / "gate.json", job(tmp_path / "dump", iteration="2|4"))
-    found = json.loads(run_ms(env, ["gate", daemon, config], tmp_path).strip().splitlines()[-1])
-    hooks = 10  # five Cells, a forward and a backward hook each
-    assert found["placed"] == [hooks, 0, hooks, 0, hooks, 0], found
+    dumpctl = str(Path(pytestconfig.getoption("dumpctl")).resolve())
+    found = json.loads(run_ms(env, ["gate", daemon, config, dumpctl],
+                              tmp_path).strip().splitlines()[-1])
+    on = 10  # five Cells, a forward and a backward hook each
+    assert found["placed"] == [on, 0, on, 0, on, 0, 0, 0, on, on, 0], found
     root = tmp_path / "dump" / "rank_0" / "Net" / "0"
-    assert sorted(int(p.name) for p in root.iterdir()) == [2, 4]
-    for step in ("2", "4"):  # five forward ops and five backward ops (grad by the input)
+    assert sorted(int(p.name) for p in root.iterdir()) == [2, 4, 8, 9]
+    for step in ("2", "4", "8", "9"):  # five forward ops and five backward ops (grad by x)
         names = outputs(root / step)
         assert len(names) == 10 and sum(n.startswith("Gradients") for n in names) == 5
