@@ -144,10 +144,13 @@ def test_dumpds_tree_holds_the_gradients_and_no_gradient_is_empty(runs):
     found = outputs(ours / "0" / "0")
     # Outputs of a backward op: the gradients of the Cell's inputs (none for the first conv,
     # whose input needs no gradient).
-    for path in ("network._backbone.fc", "network._backbone.bn", "network._backbone.relu"):
+    # fc's input is pool's (4, 8) output; its own output is (4, 10).
+    for path, shape in (("network._backbone.fc", (4, 8)), ("network._backbone.bn", (4, 8, 8, 8)),
+                        ("network._backbone.relu", (4, 8, 8, 8))):
         [f] = found[sanitize(grads[path])].values()
         g = np.load(f)
-        assert g.size and np.isfinite(g).all() and np.abs(g).max() > 0, (env, path)
+        assert g.shape == shape, (env, path, g.shape)
+        assert np.isfinite(g).all() and np.abs(g).max() > 0, (env, path)
 
 
 def test_msprobe_reads_dumpds_pynative_tree(daemon, tmp_path):
