@@ -6,6 +6,8 @@ environment's Python with dumpd's build on PYTHONPATH:
     <venv>/bin/python tests/reference/ms_cells.py pynative STEPS SOCKET CONFIG NAMES_JSON
         the same net, weights and data in PyNative, dumped by dumpd.mindspore.attach
         (backward=True); NAMES_JSON receives the handle's names
+    <venv>/bin/python tests/reference/ms_cells.py graphtap STEPS SOCKET CONFIG NAMES_JSON
+        the same in GRAPH_MODE, dumped by dumpd.mindspore's taps
     <venv>/bin/python tests/reference/ms_cells.py recorder STEPS SOCKET CONFIG NAN_STEP
         a LeNet whose fc3 weight turns NaN at NAN_STEP (so does the loss), losses through steps(loss=)
     <venv>/bin/python tests/reference/ms_cells.py api SOCKET CONFIG
@@ -86,10 +88,10 @@ def graph(steps):
         print(f"step {i} loss {float(step(x, y).asnumpy())!r}", flush=True)
 
 
-def pynative(steps, sock, config, names_json):
+def pynative(steps, sock, config, names_json, mode=ms.PYNATIVE_MODE):
     import dumpd
     import dumpd.mindspore
-    setup(ms.PYNATIVE_MODE)
+    setup(mode)
     step = train_cell(Net())
     x, y = data((4, 3, 8, 8))
     client = dumpd.Client(config, socket=sock)
@@ -132,11 +134,14 @@ def api(sock, config):
     found = {}
     setup(ms.GRAPH_MODE)
     client = dumpd.Client(config, socket=sock)
-    try:
-        dumpd.mindspore.attach(Net(), client)
-        found["graph_mode"] = "attached"
-    except RuntimeError as e:
-        found["graph_mode"] = str(e)
+    graph_net = Net()
+    handle = dumpd.mindspore.attach(graph_net, client)
+    found["graph_mode_names"] = handle.names
+    found["graph_mode_class"] = [type(graph_net.conv).__name__,
+                                 type(graph_net.conv) is nn.Conv2d]
+    handle.remove()  # the Cells get their own classes back
+    found["graph_mode_removed"] = [type(graph_net.conv) is nn.Conv2d,
+                                   "dumpd_input" in graph_net.conv._cells]
     try:
         dumpd.mindspore.attach(object(), client)
     except TypeError as e:
@@ -230,6 +235,12 @@ def main():
         graph(int(sys.argv[2]))
     elif mode == "pynative":
         pynative(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
+    elif mode == "graphtap":
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pynative(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], ms.GRAPH_MODE)
+        for w in caught:
+            print(f"warning: {w.message}", flush=True)
     elif mode == "recorder":
         recorder(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
     elif mode == "api":

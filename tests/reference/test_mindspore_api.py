@@ -51,9 +51,12 @@ def api(request, daemon, tmp_path_factory):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_attach_refuses_graph_mode_and_says_what_to_use(api):
-    assert api["graph_mode"].startswith("dumpd.mindspore.attach: the context is GRAPH_MODE")
-    assert "PYNATIVE_MODE" in api["graph_mode"] and "MINDSPORE_DUMP_CONFIG" in api["graph_mode"]
+def test_attach_in_graph_mode_taps_and_remove_restores(api):
+    assert api["graph_mode_names"]["conv"] == "Default/conv-Conv2d/Conv2d-op1"
+    # A subclass with the Cell's class name (MindSpore's scopes stay), its own class again
+    # once removed.
+    assert api["graph_mode_class"] == ["Conv2d", False]
+    assert api["graph_mode_removed"] == [True, False]
     assert api["not_a_cell"] == "net must be a mindspore.nn.Cell, got object"
 
 

@@ -180,3 +180,27 @@ def test_msprobe_reads_dumpds_pynative_tree(daemon, tmp_path):
         assert float(row["Cosine"]) == 1.0 and float(row["MaxAbsErr"]) == 0.0, row
         compared += 1
     assert compared > len(rows) // 2
+
+
+def test_graph_mode_taps_dump_what_pynative_hooks_dump(runs, daemon, tmp_path):
+    """GRAPH_MODE (dumpd.mindspore._graph): every tensor the taps write, forward outputs and
+    gradients, equals the PyNative hooks' file of the same op, side and slot, bit for bit."""
+    env, _, pynative_tree, _, graph_losses, _ = runs
+    config = write_job(tmp_path / "taps.json", job(tmp_path / "taps", input_output=2))
+    out = run_ms(env, ["graphtap", STEPS, daemon, config, tmp_path / "names.json"], tmp_path)
+    assert losses(out) == graph_losses
+    # Said once each: the loss takes two inputs; the optimizer and the gradient reducer are
+    # handed tuples (untapped when compiled).
+    assert "not dumped: network._loss_fn" in out and "optimizer, grad_reducer" in out
+    taps_tree = tmp_path / "taps" / "rank_0" / NET
+    compared = 0
+    for iteration in range(STEPS):
+        mine = outputs(taps_tree / "0" / str(iteration))
+        theirs = outputs(pynative_tree / "0" / str(iteration))
+        assert len(mine) == 9, sorted(mine)  # 5 Cells' outputs, 4 gradients of inputs
+        for name, slots in mine.items():
+            for slot, f in slots.items():
+                a, b = np.load(f), np.load(theirs[name][slot])
+                assert a.dtype == b.dtype and np.array_equal(a, b), (env, iteration, name)
+                compared += 1
+    assert compared == 9 * STEPS

@@ -1,4 +1,4 @@
-"""dumpd.mindspore: dump a MindSpore net's per-Cell inputs and outputs with dumpd (PyNative).
+"""dumpd.mindspore: dump a MindSpore net's per-Cell inputs and outputs with dumpd.
 
 Every *leaf* Cell (one without child Cells: Conv2d, ReLU, Dense, a loss, the optimizer) is
 one op; each call of it is one op execution, dumped as one record::
@@ -31,13 +31,13 @@ and are skipped; nested outputs are flattened. Steps, the loss hand-off, the job
 flight recorder, ``dumpctl control`` and dump once behave as in dumpd.torch: both are adapters
 over dumpd._core.
 
-GRAPH_MODE and ``jit``: MindSpore runs Cell hooks in PyNative only; in GRAPH_MODE and under
-``jit`` it compiles a Cell's hooks into its graph. attach() refuses a GRAPH_MODE context with
-a RuntimeError that says what to use instead, and its hooks are registered as forbidden in
-graphs, so a net switched to GRAPH_MODE or run under jit later fails to compile with
-MindSpore's own error naming ``hooks_run_in_PYNATIVE_MODE_without_jit``. Never a silent empty
-dump: when steps are marked and no hooked Cell ran for three of them (the Cell attached is
-not the one called), one RuntimeWarning says so.
+GRAPH_MODE: MindSpore calls no Cell hook in a compiled graph, so attach() in a GRAPH_MODE
+context puts taps in the graph instead (dumpd.mindspore._graph): pyfunc Customs around each
+leaf Cell taking one argument, whose bprop taps the gradient. Hooks placed in PyNative are
+registered as forbidden in graphs, so ``jit`` (or a later switch to GRAPH_MODE) fails to
+compile with MindSpore's own error naming ``hooks_run_in_PYNATIVE_MODE_without_jit``. Never a
+silent empty dump: when steps are marked and no hooked Cell ran for three of them, one
+RuntimeWarning says so.
 """
 
 from __future__ import annotations

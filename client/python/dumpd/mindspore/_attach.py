@@ -3,9 +3,9 @@ MindSpore's scope form."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Tuple
 
-import mindspore as ms
 from mindspore import nn
 
 import dumpd
@@ -15,15 +15,15 @@ from dumpd._core import steps as _steps
 from dumpd._core.checks import FiredCheck
 from dumpd._core.handle import AttachHandle
 from dumpd._core.session import Session, check_errors
+from dumpd.mindspore import _graph
 from dumpd.mindspore._items import Items
 
-# Said when attach() meets GRAPH_MODE, and by the first-step check when no hook ever ran.
+# Said by the first-step check when no hook ever ran.
 _GRAPH_MODE_HELP = (
-    "MindSpore runs Cell hooks in PyNative mode only (in GRAPH_MODE and under jit it compiles "
-    "them into the graph, which dumpd's hooks refuse), so dumpd.mindspore dumps PyNative runs. "
-    "Run the net with ms.set_context(mode=ms.PYNATIVE_MODE) and without jit, or let MindSpore "
-    "dump a graph-mode run itself (MINDSPORE_DUMP_CONFIG) and read that tree with dumpctl "
-    "(docs/python.md, \"dumpd.mindspore\")")
+    "MindSpore runs Cell hooks in PyNative mode only: under jit, or in GRAPH_MODE after an "
+    "attach() made in PyNative, it compiles them into the graph, which dumpd's hooks refuse. "
+    "Attach in the mode the net runs in: in GRAPH_MODE attach() puts taps in the graph "
+    "instead (docs/python.md, \"dumpd.mindspore\")")
 _IDLE_HELP = (
     "is the Cell attached the one that is called? Attach the Cell the training loop calls "
     "(a TrainOneStepCell, or the net), in PYNATIVE_MODE. " + _GRAPH_MODE_HELP)
@@ -61,12 +61,6 @@ def op_names(net: nn.Cell, prefix: str = "Default") -> Dict[str, Tuple[str, str]
             result[path] = naming.full_name(path, lambda p: type(cells[p]).__name__, index,
                                             prefix)
     return result
-
-
-def _check_mode() -> None:
-    if ms.get_context("mode") == ms.GRAPH_MODE:
-        raise RuntimeError(f"dumpd.mindspore.attach: the context is GRAPH_MODE. "
-                           f"{_GRAPH_MODE_HELP}")
 
 
 class _Hook:
@@ -158,6 +152,35 @@ def _forbidden_in_jit(fn: Any) -> Any:
     return jit_forbidden_register(fn)
 
 
+def _attach_graph(session: Session, cells: Dict[str, nn.Cell],
+                  leaves: Dict[str, Tuple[str, str]], inputs: bool, outputs: bool,
+                  backward: bool) -> AttachHandle:
+    """GRAPH_MODE: taps around the leaf Cells that take one tensor (dumpd.mindspore._graph)."""
+    taps = _graph.GraphTaps()
+    names: Dict[str, str] = {}
+    gradient_names: Dict[str, str] = {}
+    left = []
+    for path, (op_type, name) in leaves.items():
+        if not _graph.can_tap(cells[path]):
+            left.append(path)
+            continue
+        names[path] = name
+        grad_type = grad_name = None
+        if backward:
+            grad_type = op_type + "Grad"
+            grad_name = naming.gradient_name(name, op_type)
+            gradient_names[path] = grad_name
+        taps.place(session, cells[path], op_type, name, grad_type, grad_name, inputs, outputs)
+    if left:
+        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        warnings.warn(f"dumpd.mindspore.attach (GRAPH_MODE): {len(left)} leaf Cell(s) take "
+                      f"more than one input and are not dumped: {shown}. In PYNATIVE_MODE "
+                      "every leaf Cell is", RuntimeWarning, stacklevel=3)
+    session.check = FiredCheck(names, "Cell", idle_hint=_IDLE_HELP)
+    _steps.observe(session.client, session)
+    return AttachHandle([taps], names, gradient_names, session)
+
+
 def attach(net: nn.Cell, client: dumpd.Client, *, inputs: bool = True, outputs: bool = True,
            backward: bool = False, prefix: str = "Default",
            errors: str = "raise") -> AttachHandle:
@@ -170,17 +193,22 @@ def attach(net: nn.Cell, client: dumpd.Client, *, inputs: bool = True, outputs: 
     backward: also dump gradients, as ``Gradients/<scope>/grad<Class>/<Class>Grad-op<N>``.
     errors: "raise" lets a DaemonError out of the net's call; "warn" warns once and stops
     dumping, so training goes on (``handle.error`` keeps it).
-    Raises RuntimeError in GRAPH_MODE, where MindSpore calls no Cell hook.
+    In GRAPH_MODE (the context when attach() is called) the leaf Cells taking one argument
+    get taps inside the graph instead of hooks (dumpd.mindspore._graph): one record per side,
+    gradients through the taps' bprop; the others are named in a warning. Hooks placed in
+    PyNative refuse to be compiled (jit, a later GRAPH_MODE) with MindSpore's own error
+    naming ``hooks_run_in_PYNATIVE_MODE_without_jit``.
     """
     if not isinstance(net, nn.Cell):
         raise TypeError(f"net must be a mindspore.nn.Cell, got {type(net).__name__}")
     if not isinstance(client, dumpd.Client):
         raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
     check_errors(errors)
-    _check_mode()
     session = _Session(client, errors)
     cells = _cells(net)
     leaves = op_names(net, prefix)
+    if _graph.in_graph_mode():
+        return _attach_graph(session, cells, leaves, inputs, outputs, backward)
     hooks = _Hooks()
     names: Dict[str, str] = {}
     gradient_names: Dict[str, str] = {}

@@ -36,6 +36,10 @@ class Items(ItemsBase):
         self.dump_once = dump_once
 
     def item(self, value: Any, linked: Any = None) -> Any:
+        if isinstance(value, np.ndarray):
+            # A GRAPH_MODE tap's array (dumpd.mindspore._graph): valid for the call only,
+            # copied by the client before it returns; nothing to recognise later.
+            return value if value.dtype.kind in "biufc" else None
         if not isinstance(value, Tensor):
             return None  # not a tensor: its slot stays reserved
         try:
