@@ -54,6 +54,8 @@ def test_the_prefix_holds_every_part(installed):
                 f"{lib}/cmake/dumpd/dumpdConfigVersion.cmake",
                 "lib/python3/dist-packages/dumpd/__init__.py",
                 "lib/python3/dist-packages/dumpd/torch/__init__.py",
+                "lib/python3/dist-packages/dumpd/_core/steps.py",
+                "lib/python3/dist-packages/dumpd/mindspore/_graph.py",
                 "share/doc/dumpd/operations.md", "share/doc/dumpd/examples"]:
         assert (prefix / rel).exists(), rel
     assert list((prefix / "lib/python3/dist-packages/dumpd").glob("_dumpd*.so"))

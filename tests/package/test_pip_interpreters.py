@@ -59,6 +59,10 @@ def test_pip_installs_into_the_torch2_environment(daemon, tmp_path):
     out = pc.run([TORCH2, "-c", "import numpy, torch, dumpd.torch; "
                   "print(numpy.__version__, torch.__version__)"], env=env, cwd=tmp_path)
     assert out.stdout.split()[0].startswith("2."), out.stdout
+    # Every subpackage is installed: the framework-neutral core, and dumpd.mindspore (which
+    # needs MindSpore to import, so only its files are looked for here).
+    assert (target / "dumpd" / "_core" / "steps.py").is_file()
+    assert (target / "dumpd" / "mindspore" / "_graph.py").is_file()
 
 
 FIRST_PYTHON3 = shutil.which("python3")
