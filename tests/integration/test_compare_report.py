@@ -7,7 +7,6 @@ import shutil
 import struct
 import subprocess
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -6,7 +6,6 @@ import signal
 import socket
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np

@@ -3,12 +3,11 @@
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import Daemon, npy_files, run_producer, wait_for, write_config
+from conftest import Daemon, npy_files, run_producer, write_config
 
 pytestmark = pytest.mark.conditional  # needs root to mount its tiny tmpfs
 

@@ -113,6 +113,21 @@ def stop_daemon(daemon: Daemon) -> None:
     assert code == 0, f"dumpd exited with {code}:\n{text}"
 
 
+def dumpctl(sock: str, *args: str, uid: int = 0) -> subprocess.CompletedProcess:
+    """The real dumpctl on sock; uid != 0 runs it as that uid (setpriv, needs root)."""
+    cmd = [os.environ["DUMPCTL_BIN"], "--socket", sock, *args]
+    if uid != 0:
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+
+
+def dumpctl_control(sock: str, *args: str) -> str:
+    """`dumpctl control --pid <this process> args...`; must succeed; its stdout."""
+    out = dumpctl(sock, "control", "--pid", str(os.getpid()), *args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 @pytest.fixture(scope="module")
 def daemon() -> Daemon:
     """One real daemon per test module; stopped with SIGTERM, must exit 0."""

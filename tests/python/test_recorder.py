@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import dumpd
-from conftest import Daemon, dump_files, index_files, make_config, wait_for
+from conftest import Daemon, dump_files, dumpctl, index_files, make_config, wait_for
 
 NOTHING = "none"  # no iteration selected: every step is only recorded
 
@@ -396,13 +396,6 @@ def test_a_ring_too_small_never_blocks_training(daemon: Daemon, tmp_path: Path) 
         op = int(f.op_name.rsplit("-op", 1)[1])
         want = (int(f.iteration) * 100 + op) * (2 if f.io == "output" else 1)
         assert (f.load() == want).all(), f.path.name
-
-
-def dumpctl(sock: str, *args: str, uid: int = 0) -> subprocess.CompletedProcess:
-    cmd = [os.environ["DUMPCTL_BIN"], "--socket", sock, *args]
-    if uid != 0:
-        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + cmd
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
 
 
 @pytest.mark.conditional

@@ -13,20 +13,8 @@ import numpy as np
 import pytest
 
 import dumpd
-from conftest import Daemon, dump_files, make_config, start_daemon, stop_daemon
-
-
-def dumpctl(sock: str, *args: str, uid: int = 0) -> subprocess.CompletedProcess:
-    cmd = [os.environ["DUMPCTL_BIN"], "--socket", sock, *args]
-    if uid != 0:
-        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + cmd
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-
-
-def control(sock: str, *args: str) -> str:
-    out = dumpctl(sock, "control", "--pid", str(os.getpid()), *args)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+from conftest import (Daemon, dump_files, dumpctl, make_config, start_daemon, stop_daemon)
+from conftest import dumpctl_control as control
 
 
 def status(sock: str) -> Dict[str, Any]:

@@ -14,7 +14,7 @@ from torch import nn
 
 import dumpd
 import dumpd.torch
-from conftest import Daemon, dump_files, index_files, make_config, sanitize
+from conftest import Daemon, dump_files, index_files, make_config
 from dumpd.torch import _compiled
 
 torch.set_num_threads(1)

@@ -10,8 +10,6 @@ says so.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -22,7 +20,7 @@ from torch import nn
 
 import dumpd
 import dumpd.torch
-from conftest import Daemon, dump_files, index_files, make_config
+from conftest import Daemon, dump_files, dumpctl_control, index_files, make_config
 
 pytestmark = pytest.mark.conditional
 
@@ -233,12 +231,6 @@ def test_compiling_a_whole_step_adds_no_graph_break(daemon: Daemon, tmp_path: Pa
     assert breaks["dumped"] == breaks["plain"], breaks
     files = index_files(dump_files(tmp_path / "dump"))
     assert {k[0] for k in files} == {0, 1} and len(files) == 2 * 5 * 2
-
-
-def dumpctl_control(sock: str, *args: str) -> None:
-    out = subprocess.run([os.environ["DUMPCTL_BIN"], "--socket", sock, "control", "--pid",
-                          str(os.getpid()), *args], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
 
 
 def test_selection_changes_and_the_recorder_never_recompile(daemon: Daemon,

@@ -9,8 +9,6 @@ Runs under the torch 2 environment (scripts/test-torch2); skipped under Debian's
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import List
 
@@ -20,7 +18,7 @@ from torch import nn
 
 import dumpd
 import dumpd.torch
-from conftest import Daemon, dump_files, make_config
+from conftest import Daemon, dump_files, dumpctl_control, make_config
 
 pytestmark = pytest.mark.conditional
 
@@ -42,12 +40,6 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.fc1(x)))
-
-
-def dumpctl_control(sock: str, *args: str) -> None:
-    out = subprocess.run([os.environ["DUMPCTL_BIN"], "--socket", sock, "control", "--pid",
-                          str(os.getpid()), *args], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
 
 
 def run_steps(client: dumpd.Client, handle: dumpd.torch.AttachHandle, run, model: nn.Module,

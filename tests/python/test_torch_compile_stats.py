@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import pytest
 import torch
-from torch import nn
 
 import dumpd
 import dumpd.torch

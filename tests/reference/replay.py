@@ -11,7 +11,6 @@ under the same op number get their full name back from it (full_names_of); the r
 """
 
 import re
-from pathlib import Path
 
 import numpy as np
 

@@ -19,7 +19,7 @@ import pytest
 import make_golden
 import pins
 import replay
-from test_replay import SOURCE, replay_into
+from test_replay import replay_into
 
 CACHE = make_golden.cache_dir()
 MSPROBE = CACHE / "msprobe" / "bin" / "msprobe"

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest

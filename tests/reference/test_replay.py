@@ -7,7 +7,6 @@ on purpose, are listed here and in docs/compatibility.md ("Checked against MindS
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
