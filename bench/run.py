@@ -132,23 +132,32 @@ def recorder_busy_rows(row, l):
             copy * 1e3, base * 1e3, 1 + copy / base, "(floor)", "ms")
 
 
-def torch2_rows(row, results, bins, env, args, quick):
-    """Rows 11 (bench/compile_bench.py) and 12 (bench/msprobe_torch_bench.py)."""
+def reference_envs(what):
+    """The pinned reference environments (scripts/install-reference: built on first use,
+    cached): a function from an environment's name to its directory, or None, with a warning
+    that names `what` is left out, when they cannot be built."""
     install = ROOT / "scripts" / "install-reference"
     built = subprocess.run([str(install)], capture_output=True, text=True)
     if built.returncode != 0:
-        print(f"warning: no torch 2 rows, scripts/install-reference failed: "
+        print(f"warning: no {what}, scripts/install-reference failed: "
               f"{built.stderr[-1000:]}", file=sys.stderr)
-        return
+        return None
 
     def where(name):
-        return subprocess.run([str(install), "--path", name], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return Path(subprocess.run([str(install), "--path", name], capture_output=True,
+                                   text=True, check=True).stdout.strip())
+    return where
 
-    python = str(Path(where("torch2")) / "bin" / "python")
+
+def torch2_rows(row, results, bins, env, args, quick):
+    """Rows 11 (bench/compile_bench.py) and 12 (bench/msprobe_torch_bench.py)."""
+    where = reference_envs("torch 2 rows")
+    if where is None:
+        return
+    python = str(where("torch2") / "bin" / "python")
     for script, extra in (("compile_bench.py", []),
                           ("compile_bench.py", ["--model", "convbn-cl"]),
-                          ("msprobe_torch_bench.py", ["--msprobe-site", where("msprobe")])):
+                          ("msprobe_torch_bench.py", ["--msprobe-site", str(where("msprobe"))])):
         lines, _ = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
             str(ROOT / "bench" / script), "--socket", d.socket, "--dir", work,
             *(["--dumpd-pid", str(d.proc.pid)] if script == "compile_bench.py" else []),
@@ -173,22 +182,15 @@ def torch2_rows(row, results, bins, env, args, quick):
 def mindspore_rows(row, results, bins, env, args, quick):
     """Row 17 (bench/mindspore_bench.py): dumpd.mindspore on a PyNative step, and msprobe's
     MindSpore dump tried beside it, in the newest pinned MindSpore (msprobe's partner)."""
-    install = ROOT / "scripts" / "install-reference"
-    built = subprocess.run([str(install)], capture_output=True, text=True)
-    if built.returncode != 0:
-        print(f"warning: no MindSpore rows, scripts/install-reference failed: "
-              f"{built.stderr[-1000:]}", file=sys.stderr)
+    where = reference_envs("MindSpore rows")
+    if where is None:
         return
     sys.path.insert(0, str(ROOT / "tests" / "reference"))
     import pins
 
-    def where(name):
-        return subprocess.run([str(install), "--path", name], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
-    ms_env = Path(where(pins.mindspore_for_msprobe()))
+    ms_env = where(pins.mindspore_for_msprobe())
     site = str(next((ms_env / "lib").glob("python3*/site-packages")))
-    msprobe_python = str(Path(where("msprobe")) / "bin" / "python")
+    msprobe_python = str(where("msprobe") / "bin" / "python")
     lines, _ = bench_with_daemon(bins, args.disk_dir, lambda d, work: [
         str(ROOT / "bench" / "mindspore_bench.py"), "--socket", d.socket, "--dir", work,
         "--msprobe-python", msprobe_python, "--mindspore-site", site, *quick],
@@ -447,16 +449,8 @@ def main():
     lines = []
     if "compare" in want:
         # msprobe beside it: the reference environments (cached; built on first use).
-        side = []
-        install = subprocess.run([str(ROOT / "scripts" / "install-reference")],
-                                 capture_output=True, text=True)
-        if install.returncode == 0:
-            cache = subprocess.run([str(ROOT / "scripts" / "install-reference"), "--path",
-                                    "msprobe"], capture_output=True, text=True, check=True)
-            side = ["--msprobe-cache", str(Path(cache.stdout.strip()).parent)]
-        else:
-            print(f"warning: no msprobe row, scripts/install-reference failed: "
-                  f"{install.stderr[-1000:]}", file=sys.stderr)
+        where = reference_envs("msprobe row")
+        side = ["--msprobe-cache", str(where("msprobe").parent)] if where else []
         with tempfile.TemporaryDirectory(prefix="dumpd-bench-", dir=args.disk_dir) as work:
             lines = run_json_lines(["/usr/bin/python3", str(ROOT / "bench" / "compare_bench.py"),
                                     "--dumpctl", str(bins / "dumpctl"), "--dir", work, *quick,
