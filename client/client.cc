@@ -59,10 +59,9 @@ Status Client::setStep(uint32_t iteration, uint32_t graph_id) {
   ctl.mutable_step()->set_iteration(iteration);
   ctl.mutable_step()->set_selection_generation(m.selection_generation);
   Status sent = m.sendControl(ctl, nullptr, 0);
-  if (sent) {
-    m.step_marked = true;
-    m.ring->publishStep(iteration);  // for the daemon's status: the job's step
-  }
+  // Not sent (the block policy timed out): the same mark again must send, not pass as done.
+  m.step_marked = static_cast<bool>(sent);
+  if (sent) m.ring->publishStep(iteration);  // for the daemon's status: the job's step
   return sent;
 }
 

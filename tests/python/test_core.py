@@ -163,3 +163,26 @@ def test_losses_of_any_framework_reach_the_recorder() -> None:
                           ("mark", 2), ("body", 2)]
     with pytest.raises(TypeError, match="one-element tensor"):
         steps.step(client, 3, loss=object())
+
+
+def test_a_gate_listener_that_raised_is_told_again_at_the_next_mark() -> None:
+    """dumpd.mindspore puts its hooks back from the gate's listener: if that fails once (an
+    exception, a KeyboardInterrupt), the next mark must try again, not take it as done."""
+    from dumpd._core.gate import Gate
+    told: List[bool] = []
+
+    def listener(armed: bool) -> None:
+        told.append(armed)
+        if len(told) == 2:
+            raise RuntimeError("placing the hooks failed")
+
+    gate = Gate()
+    gate.listener = listener
+    gate.armed = False
+    gate.changed()  # told: off
+    gate.armed = True
+    with pytest.raises(RuntimeError):
+        gate.changed()  # told: on, and it raised
+    gate.changed()  # the next mark, still armed: told again
+    gate.changed()  # applied now: nothing more
+    assert told == [False, True, True]

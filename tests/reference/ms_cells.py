@@ -59,6 +59,21 @@ class Net(nn.Cell):
         return self.fc(self.pool(self.relu(self.bn(self.conv(x)))))
 
 
+class Masked(nn.Cell):
+    def construct(self, x, mask=None):
+        return x if mask is None else x * mask
+
+
+class Holder(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.masked = Masked()
+        self.fc = nn.Dense(4, 4)
+
+    def construct(self, x):
+        return self.fc(self.masked(x))
+
+
 def train_cell(net):
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     opt = nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
@@ -142,6 +157,23 @@ def api(sock, config):
     handle.remove()  # the Cells get their own classes back
     found["graph_mode_removed"] = [type(graph_net.conv) is nn.Conv2d,
                                    "dumpd_input" in graph_net.conv._cells]
+    # A Cell with an optional second argument is not tapped (the tap passes one on), and a
+    # net still holding taps is refused a second attach().
+    holder = Holder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = dumpd.mindspore.attach(holder, client)
+    found["optional_arg_warnings"] = [str(w.message) for w in caught if "dumpd" in str(w.message)]
+    found["optional_arg_names"] = sorted(first.names)
+    try:
+        dumpd.mindspore.attach(holder, client)
+        found["second_attach"] = "attached"
+    except RuntimeError as e:
+        found["second_attach"] = str(e)
+    first.remove()
+    again = dumpd.mindspore.attach(holder, client)
+    found["attach_after_remove"] = sorted(again.names)
+    again.remove()
     try:
         dumpd.mindspore.attach(object(), client)
     except TypeError as e:

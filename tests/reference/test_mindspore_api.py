@@ -60,6 +60,15 @@ def test_attach_in_graph_mode_taps_and_remove_restores(api):
     assert api["not_a_cell"] == "net must be a mindspore.nn.Cell, got object"
 
 
+def test_graph_mode_leaves_cells_with_more_arguments_untapped_and_refuses_a_second_attach(api):
+    # construct(self, x, mask=None): the tap would drop mask, so the Cell is named, not tapped.
+    assert api["optional_arg_names"] == ["fc"]
+    [warned] = api["optional_arg_warnings"]
+    assert "more than one argument" in warned and "masked" in warned, warned
+    assert "handle.remove() first" in api["second_attach"], api["second_attach"]
+    assert api["attach_after_remove"] == ["fc"]
+
+
 def test_jit_and_a_later_graph_mode_fail_to_compile_naming_what_to_do(api):
     for key in ("jit", "graph_after_attach"):
         assert "hooks_run_in_PYNATIVE_MODE_without_jit" in api[key], api[key]

@@ -42,8 +42,8 @@ class Gate:
     def changed(self) -> None:
         """Tells the listener when `armed` differs from what it was last told."""
         if self.listener is not None and self.armed != self.applied:
-            self.applied = self.armed
             self.listener(self.armed)
+            self.applied = self.armed  # after: a listener that raised is told again next mark
 
 
 # Per client: the attach() sessions whose gates its step marks set.

@@ -19,7 +19,7 @@ def check_errors(errors: str) -> None:
         raise ValueError(f'errors must be "raise" or "warn", got {errors!r}')
 
 
-def warn(error: dumpd.DaemonError, what: str) -> None:
+def warn(error: Exception, what: str) -> None:
     warnings.warn(f"dumpd: {what}: {error}", RuntimeWarning, stacklevel=3)
 
 
@@ -33,7 +33,7 @@ class Session:
         self.client = client
         self.identities = Identities()
         self.errors = errors
-        self.error: dumpd.DaemonError | None = None
+        self.error: Exception | None = None  # what stopped dumping (errors="warn")
         # Dump points that fired (selected or not): units compare it around their calls.
         self.fired = 0
         # Until the first step mark after a dump: the names that fired (checks.FiredCheck).
@@ -76,7 +76,10 @@ class Session:
                     ins = items.of(inputs) if want_in else ()
                     outs = items.of(outputs) if want_out else ()
                 client.dump_op(op_type, name, inputs=ins, outputs=outs, stream=items.stream())
-        except dumpd.DaemonError as e:
+        except (dumpd.DaemonError, ValueError) as e:
+            # ValueError: what the client refuses to take (a record larger than the ring, a
+            # CUDA op's tensors on two devices); under "warn" it stops dumping too, since
+            # training must go on.
             if self.errors == "raise":
                 raise
             self.error = e

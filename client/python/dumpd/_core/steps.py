@@ -198,7 +198,9 @@ def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph
     ``for batch in steps(client, loader): ...`` dumps batch k's step as
     iteration k (so ``for i in steps(client, range(n))`` has i == iteration). With
     flush=True, each step is flushed before the next item is taken. errors="warn" turns a
-    DaemonError (session gone) into a RuntimeWarning and stops marking steps.
+    DaemonError (session gone) into a RuntimeWarning and stops marking steps; a
+    DaemonTimeout (the ring full for the daemon's block_timeout_ms) warns and the next step
+    is marked again.
 
     loss: a callable taking no arguments, called after each step's body (before the step is
     flushed and the next one marked, and once after the last item when the loop runs to its
@@ -223,6 +225,18 @@ def steps(client: dumpd.Client, iterable: Iterable[_T], *, start: int = 0, graph
     return _steps(client, iterable, start, graph_id, flush, errors, loss)
 
 
+def _gives_up(error: dumpd.DaemonError, what: str) -> bool:
+    """steps(errors="warn") after `error`: warns, and says whether to stop marking steps. A
+    DaemonTimeout passes (the ring stayed full for the daemon's block_timeout_ms): the next
+    step is marked again, since a client left at the old iteration would file every later
+    op under it."""
+    if isinstance(error, dumpd.DaemonTimeout):
+        _warn(error, what.removesuffix(" any more") + " (timed out; tried again next step)")
+        return False
+    _warn(error, what)
+    return True
+
+
 def _steps(client: dumpd.Client, iterable: Iterable[_T], start: int, graph_id: int,
            flush: bool, errors: str, loss: Optional[Callable[[], Any]]) -> Iterator[_T]:
     failed = False
@@ -235,8 +249,7 @@ def _steps(client: dumpd.Client, iterable: Iterable[_T], start: int, graph_id: i
             except dumpd.DaemonError as e:
                 if errors == "raise":
                     raise
-                failed = True
-                _warn(e, "cannot mark steps any more")
+                failed = _gives_up(e, "cannot mark steps any more")
         yield item
         if loss is not None and not failed:
             # Before the flush and the next mark: a spike fires in the step it belongs to,
@@ -248,16 +261,14 @@ def _steps(client: dumpd.Client, iterable: Iterable[_T], start: int, graph_id: i
                 except dumpd.DaemonError as e:
                     if errors == "raise":
                         raise
-                    failed = True
-                    _warn(e, "cannot report the loss")
+                    failed = _gives_up(e, "cannot report the loss")
         if flush and not failed:
             try:
                 client.flush()
             except dumpd.DaemonError as e:
                 if errors == "raise":
                     raise
-                failed = True
-                _warn(e, "flush failed")
+                failed = _gives_up(e, "flush failed")
     if loss is not None and not failed:
         try:
             if _report_pending_losses(client) and flush:

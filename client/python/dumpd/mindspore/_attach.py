@@ -174,8 +174,9 @@ def _attach_graph(session: Session, cells: Dict[str, nn.Cell],
     if left:
         shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
         warnings.warn(f"dumpd.mindspore.attach (GRAPH_MODE): {len(left)} leaf Cell(s) take "
-                      f"more than one input and are not dumped: {shown}. In PYNATIVE_MODE "
-                      "every leaf Cell is", RuntimeWarning, stacklevel=3)
+                      "more than one argument (optional ones too) and are not dumped: "
+                      f"{shown}. In PYNATIVE_MODE every leaf Cell is", RuntimeWarning,
+                      stacklevel=3)
     session.check = FiredCheck(names, "Cell", idle_hint=_IDLE_HELP)
     _steps.observe(session.client, session)
     return AttachHandle([taps], names, gradient_names, session)
@@ -204,6 +205,9 @@ def attach(net: nn.Cell, client: dumpd.Client, *, inputs: bool = True, outputs: 
     if not isinstance(client, dumpd.Client):
         raise TypeError(f"client must be a dumpd.Client, got {type(client).__name__}")
     check_errors(errors)
+    if _graph.tapped_already(net):
+        raise RuntimeError("dumpd.mindspore.attach: this net still has the GRAPH_MODE taps of "
+                           "an earlier attach(); call its handle.remove() first")
     session = _Session(client, errors)
     cells = _cells(net)
     leaves = op_names(net, prefix)

@@ -90,14 +90,20 @@ def _tapped_class(cls: type) -> type:
 
 
 def can_tap(cell: nn.Cell) -> bool:
-    """A leaf Cell whose construct takes exactly one positional argument."""
+    """A leaf Cell whose construct takes one positional argument and nothing else: the tapped
+    construct passes on only that one, so a Cell with more, even optional ones
+    (``construct(self, x, mask=None)``), keywords or ``*args``, is left untapped."""
     try:
         params = list(inspect.signature(type(cell).construct).parameters.values())[1:]
     except (TypeError, ValueError):
         return False
-    required = [p for p in params if p.default is p.empty and
-                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(required) == 1 and not any(p.kind == p.VAR_POSITIONAL for p in params)
+    return len(params) == 1 and params[0].kind in (params[0].POSITIONAL_ONLY,
+                                                   params[0].POSITIONAL_OR_KEYWORD)
+
+
+def tapped_already(net: nn.Cell) -> bool:
+    """Whether `net` holds taps of an attach() not removed yet."""
+    return any(isinstance(c, _Tap) for _, c in net.cells_and_names())
 
 
 class GraphTaps:

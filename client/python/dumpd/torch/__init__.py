@@ -78,8 +78,11 @@ host synchronisation, and traceable by ``torch.compile``.
 Errors: by default a DaemonError (daemon gone, session ended) raised in a hook propagates
 out of the model's forward or backward. ``attach(..., errors="warn")`` (and the same option
 of :func:`step`/:func:`steps`) turns it into one RuntimeWarning and stops dumping, so a
-long training run survives a daemon restart. The client notices a dead daemon at its next
-step mark (set_step), flush, or when the ring is full.
+long training run survives a daemon restart; a record the client refuses (a ValueError: larger
+than the ring) does the same under "warn". A step mark that timed out (the ring full for the
+daemon's block_timeout_ms) warns and :func:`steps` marks the next step again, so no step is
+filed under the one before. The client notices a dead daemon at its next step mark
+(set_step), flush, or when the ring is full.
 """
 
 from __future__ import annotations
